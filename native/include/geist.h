@@ -1,0 +1,362 @@
+/*
+ * geist.h — the C ABI of the geist inference core.
+ *
+ * This header is the only contract between the core and its front ends (the Python package, the
+ * Godot extension, C/C++ games). Everything behind it may change; what is written here may not
+ * change incompatibly without a version bump.
+ *
+ * Conventions (they hold for every call unless its comment says otherwise):
+ *  - Every fallible call returns a geist_status. GEIST_OK is 0. On failure nothing is half-done:
+ *    objects are left as they were and whatever the call allocated is freed.
+ *  - A failed call records a human-readable message. geist_last_error() returns the message of the
+ *    last failed call made on the calling thread (thread-local, so it is race-free). The handle the
+ *    call acted on keeps a copy as well (geist_model_error(), geist_session_error(), ...), guarded
+ *    by a lock, so another thread may read it.
+ *  - Option structs start with `struct_size`; fill them with the matching *_default() call and then
+ *    change fields. Passing NULL options means "all defaults".
+ *  - Out-pointers are written only on success.
+ *  - Handles are opaque. Freeing NULL is a no-op. Using a handle after freeing it is undefined.
+ *  - Token ids are int32_t. Sizes and counts are size_t or int32_t as noted.
+ *  - No call reads environment variables; all configuration is explicit.
+ *
+ * Threading (see docs and DESIGN.md): an engine and a loaded model are immutable after creation and
+ * may be shared by any number of threads. A session may be used by one thread at a time; different
+ * sessions of the same model may run on different threads at once.
+ */
+#ifndef GEIST_H
+#define GEIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define GEIST_API __declspec(dllexport)
+#else
+#define GEIST_API __attribute__((visibility("default")))
+#endif
+
+#define GEIST_ABI_VERSION 1
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Status and errors                                                                              */
+
+typedef enum geist_status {
+    GEIST_OK = 0,
+    GEIST_ERR_INVALID_ARGUMENT = 1, /* a NULL handle, a bad option value, a token id out of range */
+    GEIST_ERR_OUT_OF_MEMORY = 2,    /* an allocation failed */
+    GEIST_ERR_IO = 3,               /* a file could not be opened or mapped */
+    GEIST_ERR_BAD_FORMAT = 4,       /* the GGUF bytes are corrupt or truncated */
+    GEIST_ERR_UNSUPPORTED = 5,      /* well-formed but not supported: version, arch, tensor type */
+    GEIST_ERR_CAPACITY = 6,         /* a prompt or step would pass the session's max_seq_len */
+    GEIST_ERR_STATE = 7,            /* the call does not fit the object's state (no logits yet) */
+    GEIST_ERR_BUFFER_TOO_SMALL = 8, /* an output buffer is too small; *needed says how much */
+    GEIST_ERR_INTERNAL = 9          /* a bug in geist; please report it with the message */
+} geist_status;
+
+/* Static name of a status ("GEIST_ERR_BAD_FORMAT"); never NULL. */
+GEIST_API const char *geist_status_name(geist_status status);
+
+/* Copies the message of the last failed call on this thread into buf (NUL-terminated, truncated
+ * to cap). Returns the full message length (excluding NUL). An empty message if none failed yet. */
+GEIST_API size_t geist_last_error(char *buf, size_t cap);
+
+/* Library version string, e.g. "0.1.0"; static. */
+GEIST_API const char *geist_version(void);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Engine: chooses the backend and owns what all models share.                                    */
+
+typedef struct geist_engine geist_engine;
+
+typedef struct geist_engine_options {
+    uint32_t struct_size;
+    /* Backend name: "cpu_scalar" (the reference), or NULL / "auto" for the best available. */
+    const char *backend;
+    /* Worker threads for backends that use them; 0 = default (all cores minus one, at least 1). */
+    int32_t n_threads;
+} geist_engine_options;
+
+GEIST_API void geist_engine_options_default(geist_engine_options *opts);
+
+/* Creates an engine. Errors: GEIST_ERR_INVALID_ARGUMENT (unknown backend name),
+ * GEIST_ERR_UNSUPPORTED (backend known but not usable on this machine). */
+GEIST_API geist_status geist_engine_create(const geist_engine_options *opts, geist_engine **out);
+
+/* Frees the engine. Every model created from it must be freed first. */
+GEIST_API void geist_engine_free(geist_engine *engine);
+
+/* Name of the engine's backend ("cpu_scalar"); valid while the engine lives. */
+GEIST_API const char *geist_engine_backend_name(const geist_engine *engine);
+
+/* Names of all backends compiled into this library, comma-separated; static. */
+GEIST_API const char *geist_backends_available(void);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Models                                                                                         */
+
+typedef struct geist_model geist_model;
+
+typedef struct geist_load_options {
+    uint32_t struct_size;
+    /* Reserved for options of later backends (repacking opt-in); must be 0. */
+    uint32_t flags;
+} geist_load_options;
+
+GEIST_API void geist_load_options_default(geist_load_options *opts);
+
+/* Loads a GGUF model from a byte span the caller owns.
+ *
+ * Zero-copy: the model aliases `data` for its whole life: tensors are views into it and metadata
+ * strings are read from it. geist never writes to, copies or frees these bytes; a read-only mapping
+ * is fine. THE CALLER MUST KEEP [data, data+size) ALIVE AND UNCHANGED UNTIL geist_model_free()
+ * RETURNS for this model. Tensor data must start at an address aligned as the file says (the GGUF
+ * alignment, 32 by default) relative to `data`; any malloc/mmap buffer qualifies.
+ *
+ * Every offset, size, count and type in the file is validated before use.
+ * Errors: GEIST_ERR_BAD_FORMAT (corrupt/truncated; the message names the field),
+ *         GEIST_ERR_UNSUPPORTED (GGUF version, architecture or tensor type not supported),
+ *         GEIST_ERR_OUT_OF_MEMORY. */
+GEIST_API geist_status geist_model_load_memory(geist_engine *engine, const void *data, size_t size,
+                                               const geist_load_options *opts, geist_model **out);
+
+/* Maps the file at `path` read-only and loads it as geist_model_load_memory() does; the mapping is
+ * owned by the model and released by geist_model_free(). Errors as above plus GEIST_ERR_IO. */
+GEIST_API geist_status geist_model_load_file(geist_engine *engine, const char *path,
+                                             const geist_load_options *opts, geist_model **out);
+
+/* Frees a model. All its sessions must be freed first. */
+GEIST_API void geist_model_free(geist_model *model);
+
+/* Copies the message of the last failed call on this model (any thread). Returns its length. */
+GEIST_API size_t geist_model_error(geist_model *model, char *buf, size_t cap);
+
+/* Model facts as a JSON object (architecture, sizes, tensor type counts, context length, ...).
+ * Writes at most cap bytes (NUL-terminated) and sets *needed to the full length + 1.
+ * GEIST_ERR_BUFFER_TOO_SMALL if cap < *needed. */
+GEIST_API geist_status geist_model_info_json(const geist_model *model, char *buf, size_t cap,
+                                             size_t *needed);
+
+GEIST_API int32_t geist_model_n_vocab(const geist_model *model);
+GEIST_API int32_t geist_model_n_ctx_train(const geist_model *model);
+
+/* Resident bytes by category. Sizes are exact byte counts of what geist holds. */
+typedef struct geist_memory_report {
+    uint32_t struct_size;
+    uint64_t weights_aliased; /* tensor bytes used in place in the caller's span / file mapping */
+    uint64_t weights_owned;   /* tensor bytes geist copied or repacked (0 on cpu_scalar) */
+    uint64_t metadata;        /* parsed GGUF tables: tensor infos, key/value index */
+    uint64_t tokenizer;       /* tokenizer tables */
+    uint64_t rope_tables;     /* precomputed RoPE frequencies */
+    uint64_t kv_cache;        /* session: KV rows for max_seq_len */
+    uint64_t scratch;         /* session: logits row and activation buffers it holds */
+    uint64_t other;           /* anything else owned (handle structs, error buffers) */
+    uint64_t mapped_file;     /* size of the file mapping owned by the model (load_file), else 0 */
+} geist_memory_report;
+
+GEIST_API geist_status geist_model_memory(const geist_model *model, geist_memory_report *out);
+
+/* Reads a metadata value as text (numbers printed, arrays summarised as "[array of N T]").
+ * Same buffer rules as geist_model_info_json. GEIST_ERR_INVALID_ARGUMENT if the key is absent. */
+GEIST_API geist_status geist_model_meta(const geist_model *model, const char *key, char *buf,
+                                        size_t cap, size_t *needed);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Sessions: one conversation (one NPC) with its own KV cache.                                   */
+
+typedef struct geist_session geist_session;
+
+typedef enum geist_kv_mode {
+    GEIST_KV_F32 = 0,
+    GEIST_KV_F16 = 1
+} geist_kv_mode;
+
+typedef struct geist_session_options {
+    uint32_t struct_size;
+    /* Most tokens this session will ever hold (prompt + generated). The KV cache is sized from
+     * this, never from the model's training context. Default 512. Must be 1..n_ctx_train. */
+    int32_t max_seq_len;
+    int32_t kv_mode; /* a geist_kv_mode; default GEIST_KV_F16 */
+    uint64_t seed;   /* seed of the session's random generator; default 0 */
+} geist_session_options;
+
+GEIST_API void geist_session_options_default(geist_session_options *opts);
+
+/* Creates a session of `model`. Allocates the whole KV cache now (so a game sees the cost up
+ * front). The model must outlive the session. Errors: GEIST_ERR_INVALID_ARGUMENT,
+ * GEIST_ERR_OUT_OF_MEMORY. */
+GEIST_API geist_status geist_session_create(geist_model *model, const geist_session_options *opts,
+                                            geist_session **out);
+
+GEIST_API void geist_session_free(geist_session *session);
+
+/* Copies the message of the last failed call on this session. Returns its length. */
+GEIST_API size_t geist_session_error(geist_session *session, char *buf, size_t cap);
+
+/* Appends tokens and runs them through the model; afterwards geist_session_logits() gives the
+ * logits after the last token. GEIST_ERR_CAPACITY if n_past + n > max_seq_len: nothing is appended
+ * and the session stays usable. GEIST_ERR_INVALID_ARGUMENT for ids outside [0, n_vocab). */
+GEIST_API geist_status geist_session_prefill(geist_session *session, const int32_t *ids, size_t n);
+
+/* Like prefill, but writes the logits of every appended position to `logits` (n * n_vocab floats,
+ * row-major; row i = logits after ids[i]). Teacher forcing in one call. */
+GEIST_API geist_status geist_session_eval(geist_session *session, const int32_t *ids, size_t n,
+                                          float *logits);
+
+/* Appends one token (a decode step). Same as prefill of one token. */
+GEIST_API geist_status geist_session_decode(geist_session *session, int32_t id);
+
+/* Pointer to the logits after the last processed token (n_vocab floats), owned by the session and
+ * valid until the next call that changes the session. GEIST_ERR_STATE if no token was run yet. */
+GEIST_API geist_status geist_session_logits(geist_session *session, const float **logits);
+
+/* Tokens held (prompt + decoded). */
+GEIST_API int32_t geist_session_n_past(const geist_session *session);
+GEIST_API int32_t geist_session_max_seq_len(const geist_session *session);
+
+/* Forgets all tokens; keeps the allocation. */
+GEIST_API void geist_session_reset(geist_session *session);
+
+GEIST_API geist_status geist_session_memory(const geist_session *session,
+                                            geist_memory_report *out);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Text: tokenizer and detokenizer (configured from the model's GGUF metadata only).             */
+/* All of these are thread-safe: one model's tokenizer serves every session at once.             */
+
+/* Flags of geist_tokenize. */
+#define GEIST_TOKENIZE_ADD_SPECIAL 1u   /* add BOS/EOS where the metadata asks (add_bos_token...) */
+/* Match control tokens ("<|im_start|>") written in the text; without this flag they are
+ * ordinary text, so player input can never inject them. */
+#define GEIST_TOKENIZE_PARSE_SPECIAL 2u
+
+/* Tokenizes len bytes of UTF-8 text. Writes up to cap ids and sets *n_ids to the number the full
+ * result has; GEIST_ERR_BUFFER_TOO_SMALL (nothing else changed) if cap < *n_ids.
+ * Invalid UTF-8 bytes are tokenized as bytes (byte-level BPE) or byte-fallback tokens. */
+GEIST_API geist_status geist_tokenize(const geist_model *model, const char *text, size_t len,
+                                      uint32_t flags, int32_t *ids, size_t cap, size_t *n_ids);
+
+/* Flags of geist_detokenize / geist_token_piece / the streaming detokenizer. */
+#define GEIST_DETOKENIZE_RENDER_SPECIAL 1u /* write control tokens' text (else they add nothing) */
+
+/* The raw bytes of one token (may be part of a UTF-8 character). *len = full length. Buffer rules
+ * as geist_tokenize (GEIST_ERR_BUFFER_TOO_SMALL). */
+GEIST_API geist_status geist_token_piece(const geist_model *model, int32_t id, uint32_t flags,
+                                         char *buf, size_t cap, size_t *len);
+
+/* Text of a whole id sequence (bytes joined; SentencePiece's leading-space rule applied once at
+ * the start as the metadata says). Output is not NUL-terminated unless room remains. */
+GEIST_API geist_status geist_detokenize(const geist_model *model, const int32_t *ids, size_t n,
+                                        uint32_t flags, char *buf, size_t cap, size_t *len);
+
+/* Streaming detokenizer: push ids one at a time; each push yields only complete UTF-8 characters
+ * (possibly nothing); the concatenation of all pieces plus flush() equals geist_detokenize(). */
+typedef struct geist_detokenizer geist_detokenizer;
+GEIST_API geist_status geist_detokenizer_create(const geist_model *model, uint32_t flags,
+                                                geist_detokenizer **out);
+GEIST_API void geist_detokenizer_free(geist_detokenizer *d);
+/* Appends id and writes the newly completed text to buf (*len bytes, not NUL-terminated). On
+ * GEIST_ERR_BUFFER_TOO_SMALL nothing is consumed and *len says how many bytes are needed. */
+GEIST_API geist_status geist_detokenizer_push(geist_detokenizer *d, int32_t id, char *buf,
+                                              size_t cap, size_t *len);
+/* Writes held bytes that never completed a character (as U+FFFD each) and resets. */
+GEIST_API geist_status geist_detokenizer_flush(geist_detokenizer *d, char *buf, size_t cap,
+                                               size_t *len);
+
+/* Special tokens (-1 where the model has none). */
+typedef struct geist_special_tokens {
+    uint32_t struct_size;
+    int32_t bos, eos, eot, unk, pad;
+    int32_t add_bos; /* 1 if the metadata asks to add BOS, else 0 */
+    int32_t add_eos;
+} geist_special_tokens;
+GEIST_API geist_status geist_model_special_tokens(const geist_model *model,
+                                                  geist_special_tokens *out);
+
+/* 1 if id ends a generation (EOS, EOT, or a control token the chat template ends turns with). */
+GEIST_API int32_t geist_token_is_end(const geist_model *model, int32_t id);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Chat templates                                                                                 */
+
+typedef struct geist_chat_message {
+    const char *role;    /* "system", "user", "assistant", ... (NUL-terminated UTF-8) */
+    const char *content; /* NUL-terminated UTF-8 */
+} geist_chat_message;
+
+/* Renders a chat template (Jinja subset used by GGUF chat templates) for n messages.
+ * tmpl: template source, or NULL for the model's own `tokenizer.chat_template` (a model without
+ * one gets a ChatML template).
+ * Buffer rules as geist_model_info_json (NUL-terminated, *needed = length + 1).
+ * Errors: GEIST_ERR_BAD_FORMAT (template syntax error, message with position),
+ *         GEIST_ERR_INVALID_ARGUMENT (raise_exception() in the template; its message). */
+GEIST_API geist_status geist_chat_apply_template(const geist_model *model, const char *tmpl,
+                                                 const geist_chat_message *messages, size_t n,
+                                                 int32_t add_generation_prompt, char *buf,
+                                                 size_t cap, size_t *needed);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Sampler chain: penalties -> logit bias / mask -> temperature -> top-k -> top-p -> min-p ->     */
+/* draw. Temperature 0 is greedy. Allocates only at creation.                                     */
+
+typedef struct geist_sampler geist_sampler;
+
+typedef struct geist_sampler_options {
+    uint32_t struct_size;
+    float temperature;       /* default 0.8; 0 = greedy (argmax, lowest id on ties) */
+    int32_t top_k;           /* default 40; 0 = off */
+    float top_p;             /* default 0.95; 1 = off */
+    float min_p;             /* default 0.05; 0 = off */
+    float repeat_penalty;    /* default 1.0 (off); >1 penalises tokens in the window */
+    float frequency_penalty; /* default 0 */
+    float presence_penalty;  /* default 0 */
+    int32_t penalty_last_n;  /* window of recent tokens for penalties; default 64; 0 = off */
+    uint64_t seed;           /* default 0 */
+} geist_sampler_options;
+
+GEIST_API void geist_sampler_options_default(geist_sampler_options *opts);
+/* n_vocab: size of the logits rows it will see (geist_model_n_vocab()). */
+GEIST_API geist_status geist_sampler_create(int32_t n_vocab, const geist_sampler_options *opts,
+                                            geist_sampler **out);
+GEIST_API void geist_sampler_free(geist_sampler *s);
+/* Replaces the options (the history and RNG state are kept unless the seed changes). */
+GEIST_API geist_status geist_sampler_set_options(geist_sampler *s,
+                                                 const geist_sampler_options *opts);
+/* Additive logit bias for n ids (n = 0 clears it). Copied. -INFINITY bans a token. */
+GEIST_API geist_status geist_sampler_set_logit_bias(geist_sampler *s, const int32_t *ids,
+                                                    const float *bias, size_t n);
+/* Token mask hook: called before each draw with the candidate logits (n_vocab floats, writable);
+ * the callback may set entries to -INFINITY (grammars). NULL removes it. */
+typedef void (*geist_logits_hook)(void *user, float *logits, int32_t n_vocab);
+GEIST_API geist_status geist_sampler_set_hook(geist_sampler *s, geist_logits_hook hook,
+                                              void *user);
+/* Draws a token from logits (n_vocab floats; not modified) and records it in the history. */
+GEIST_API geist_status geist_sampler_sample(geist_sampler *s, const float *logits,
+                                            int32_t *out_id);
+/* Records a token in the penalty history without drawing (e.g. prompt tokens). */
+GEIST_API void geist_sampler_accept(geist_sampler *s, int32_t id);
+/* Clears the history and reseeds with the options' seed. */
+GEIST_API void geist_sampler_reset(geist_sampler *s);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Tensor type utilities (used by tests and tools).                                               */
+
+/* Dequantizes n values of GGML tensor type `type` (n a multiple of the type's block size) from
+ * `src` (`src_size` bytes, checked) into dst with the cpu_scalar kernels.
+ * GEIST_ERR_UNSUPPORTED for a type geist cannot compute with. */
+GEIST_API geist_status geist_dequantize(int32_t type, const void *src, size_t src_size, float *dst,
+                                        size_t n);
+
+/* Dot product of n values of type `type` at `row` with the float vector x, as the matrix kernels
+ * of the named backend compute it (NULL = cpu_scalar). */
+GEIST_API geist_status geist_vec_dot(const char *backend, int32_t type, const void *row,
+                                     size_t row_size, const float *x, size_t n, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GEIST_H */

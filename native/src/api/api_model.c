@@ -1,0 +1,321 @@
+/* The engine and model calls of geist.h: loading (memory or file), info, accounting, errors. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../model/model.h"
+#include "../tokenizer/tokenizer.h"
+#include "../util/ggml_types.h"
+
+#define GEIST_VERSION_STRING "0.1.0"
+
+const char *geist_version(void) { return GEIST_VERSION_STRING; }
+
+const char *geist_status_name(geist_status st) {
+    switch (st) {
+    case GEIST_OK: return "GEIST_OK";
+    case GEIST_ERR_INVALID_ARGUMENT: return "GEIST_ERR_INVALID_ARGUMENT";
+    case GEIST_ERR_OUT_OF_MEMORY: return "GEIST_ERR_OUT_OF_MEMORY";
+    case GEIST_ERR_IO: return "GEIST_ERR_IO";
+    case GEIST_ERR_BAD_FORMAT: return "GEIST_ERR_BAD_FORMAT";
+    case GEIST_ERR_UNSUPPORTED: return "GEIST_ERR_UNSUPPORTED";
+    case GEIST_ERR_CAPACITY: return "GEIST_ERR_CAPACITY";
+    case GEIST_ERR_STATE: return "GEIST_ERR_STATE";
+    case GEIST_ERR_BUFFER_TOO_SMALL: return "GEIST_ERR_BUFFER_TOO_SMALL";
+    case GEIST_ERR_INTERNAL: return "GEIST_ERR_INTERNAL";
+    }
+    return "GEIST_ERR_UNKNOWN";
+}
+
+static geist_status thread_fail(geist_status st, const char *fmt, ...) {
+    char msg[GT_ERR_CAP];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    gt_set_thread_error(msg);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* Engine */
+
+void geist_engine_options_default(geist_engine_options *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+}
+
+geist_status geist_engine_create(const geist_engine_options *opts, geist_engine **out) {
+    if (!out) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "out must not be NULL");
+    geist_engine_options o;
+    geist_engine_options_default(&o);
+    if (opts) {
+        if (opts->struct_size < sizeof o)
+            return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "engine options: struct_size too small");
+        o = *opts;
+    }
+    const gt_backend *be = gt_backend_find(o.backend);
+    if (!be)
+        return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown backend '%s' (available: %s)",
+                           o.backend ? o.backend : "auto", gt_backend_names());
+    if (!be->available())
+        return thread_fail(GEIST_ERR_UNSUPPORTED, "backend '%s' is not usable on this machine",
+                           be->name);
+    if (o.n_threads < 0)
+        return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (0 = default)");
+    geist_engine *e = calloc(1, sizeof *e);
+    if (!e) return thread_fail(GEIST_ERR_OUT_OF_MEMORY, "out of memory (engine)");
+    e->backend = be;
+    if (o.n_threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o.n_threads = n > 1 ? (int32_t)(n - 1) : 1;
+    }
+    e->n_threads = o.n_threads;
+    *out = e;
+    gt_clear_thread_error();
+    return GEIST_OK;
+}
+
+void geist_engine_free(geist_engine *e) { free(e); }
+
+const char *geist_engine_backend_name(const geist_engine *e) { return e ? e->backend->name : ""; }
+
+const char *geist_backends_available(void) { return gt_backend_names(); }
+
+/* ------------------------------------------------------------------------------------------- */
+/* Model */
+
+const gguf_file *gt_model_gguf(const geist_model *m) { return &m->gguf; }
+const struct gt_tokenizer *gt_model_tokenizer(const geist_model *m) { return m->tokenizer; }
+
+geist_status gt_model_record_error(const geist_model *m, const gt_err *err) {
+    geist_model *mm = (geist_model *)m; /* the error slot is the one mutable part, locked */
+    pthread_mutex_lock(&mm->err_lock);
+    mm->last_err = *err;
+    pthread_mutex_unlock(&mm->err_lock);
+    gt_set_thread_error(err->msg);
+    return err->status;
+}
+
+size_t geist_model_error(geist_model *m, char *buf, size_t cap) {
+    if (!m) return 0;
+    pthread_mutex_lock(&m->err_lock);
+    size_t len = strlen(m->last_err.msg);
+    if (buf && cap > 0) {
+        size_t n = len < cap - 1 ? len : cap - 1;
+        memcpy(buf, m->last_err.msg, n);
+        buf[n] = '\0';
+    }
+    pthread_mutex_unlock(&m->err_lock);
+    return len;
+}
+
+void geist_load_options_default(geist_load_options *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+}
+
+static void model_destroy(geist_model *m) {
+    if (!m) return;
+    gt_tokenizer_free(m->tokenizer);
+    gt_arch_free(m);
+    gguf_free(&m->gguf);
+    if (m->map) munmap(m->map, m->map_size);
+    pthread_mutex_destroy(&m->err_lock);
+    free(m);
+}
+
+static geist_status load_span(geist_engine *engine, const void *data, size_t size, void *map,
+                              const geist_load_options *opts, geist_model **out) {
+    gt_err err = {0};
+    if (opts && opts->struct_size < sizeof(geist_load_options))
+        return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "load options: struct_size too small");
+    if (opts && opts->flags != 0)
+        return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "load options: unknown flags 0x%x", opts->flags);
+    geist_model *m = calloc(1, sizeof *m);
+    if (!m) return thread_fail(GEIST_ERR_OUT_OF_MEMORY, "out of memory (model)");
+    pthread_mutex_init(&m->err_lock, NULL);
+    m->engine = engine;
+    m->backend = engine->backend;
+    m->map = map;
+    m->map_size = map ? size : 0;
+    geist_status st = gguf_parse(data, size, &m->gguf, &err);
+    if (!st) st = gt_arch_load(m, &err);
+    if (!st) st = gt_tokenizer_create(&m->gguf, &m->tokenizer, &err);
+    if (st) {
+        m->map = NULL; /* the caller unmaps on failure */
+        model_destroy(m);
+        gt_set_thread_error(err.msg);
+        return st;
+    }
+    *out = m;
+    gt_clear_thread_error();
+    return GEIST_OK;
+}
+
+geist_status geist_model_load_memory(geist_engine *engine, const void *data, size_t size,
+                                     const geist_load_options *opts, geist_model **out) {
+    if (!engine || !out) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "engine and out must not be NULL");
+    if (!data && size > 0) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "data is NULL");
+    return load_span(engine, data, size, NULL, opts, out);
+}
+
+geist_status geist_model_load_file(geist_engine *engine, const char *path,
+                                   const geist_load_options *opts, geist_model **out) {
+    if (!engine || !out || !path)
+        return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "engine, path and out must not be NULL");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return thread_fail(GEIST_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat stbuf;
+    if (fstat(fd, &stbuf) != 0 || !S_ISREG(stbuf.st_mode)) {
+        close(fd);
+        return thread_fail(GEIST_ERR_IO, "'%s' is not a regular file", path);
+    }
+    size_t size = (size_t)stbuf.st_size;
+    if (size == 0) {
+        close(fd);
+        return thread_fail(GEIST_ERR_BAD_FORMAT, "'%s' is empty, not a GGUF file", path);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return thread_fail(GEIST_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+    geist_status st = load_span(engine, map, size, map, opts, out);
+    if (st) munmap(map, size);
+    return st;
+}
+
+void geist_model_free(geist_model *m) { model_destroy(m); }
+
+int32_t geist_model_n_vocab(const geist_model *m) { return m ? m->cfg.n_vocab : 0; }
+int32_t geist_model_n_ctx_train(const geist_model *m) { return m ? m->cfg.n_ctx_train : 0; }
+
+geist_status geist_model_memory(const geist_model *m, geist_memory_report *out) {
+    if (!m || !out) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "model and out must not be NULL");
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    out->weights_aliased = m->weight_bytes;
+    out->weights_owned = m->owned_weight_bytes;
+    out->metadata = gguf_owned_bytes(&m->gguf);
+    out->tokenizer = gt_tokenizer_owned_bytes(m->tokenizer);
+    out->rope_tables = 2 * (uint64_t)(m->cfg.n_rot / 2) * sizeof(float);
+    out->other = sizeof *m + (uint64_t)m->cfg.n_layer * sizeof(gt_layer);
+    out->mapped_file = m->map_size;
+    return GEIST_OK;
+}
+
+/* A tiny appender for JSON text that tracks the needed length even past the buffer. */
+typedef struct sbuf {
+    char *buf;
+    size_t cap, len;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = b->len < b->cap ? b->cap - b->len : 0;
+    int n = vsnprintf(room ? b->buf + b->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0) b->len += (size_t)n;
+}
+
+/* Appends s as a JSON string literal (escaping quotes, backslashes and control bytes). */
+static void sb_json_str(sbuf *b, const char *s, size_t n) {
+    sb_printf(b, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') sb_printf(b, "\\%c", ch);
+        else if (ch < 0x20) sb_printf(b, "\\u%04x", ch);
+        else sb_printf(b, "%c", ch);
+    }
+    sb_printf(b, "\"");
+}
+
+static geist_status finish_buffer(sbuf *b, size_t *needed) {
+    if (needed) *needed = b->len + 1;
+    if (b->cap > 0 && b->buf) b->buf[b->len < b->cap ? b->len : b->cap - 1] = '\0';
+    if (b->len + 1 > b->cap)
+        return thread_fail(GEIST_ERR_BUFFER_TOO_SMALL, "buffer of %zu bytes is too small (%zu needed)",
+                           b->cap, b->len + 1);
+    return GEIST_OK;
+}
+
+geist_status geist_model_info_json(const geist_model *m, char *buf, size_t cap, size_t *needed) {
+    if (!m) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "model must not be NULL");
+    const gt_config *c = &m->cfg;
+    sbuf b = {buf, buf ? cap : 0, 0};
+    gt_str name = {"", 0};
+    gguf_get_str(&m->gguf, "general.name", &name);
+    sb_printf(&b, "{\"architecture\": \"%s\", \"name\": ", c->arch_name);
+    sb_json_str(&b, name.ptr, (size_t)name.len);
+    sb_printf(&b,
+              ", \"backend\": \"%s\", \"gguf_version\": %u, \"n_tensors\": %llu, \"n_kv\": %llu"
+              ", \"n_vocab\": %d, \"n_ctx_train\": %d, \"n_layer\": %d, \"d_model\": %d"
+              ", \"n_head\": %d, \"n_head_kv\": %d, \"head_dim_k\": %d, \"head_dim_v\": %d"
+              ", \"n_ff\": %d, \"n_rot\": %d, \"rope_base\": %.9g, \"rope_base_local\": %.9g"
+              ", \"sliding_window\": %d, \"rms_eps\": %.9g, \"file_bytes\": %zu"
+              ", \"weight_bytes\": %llu",
+              m->backend->name, m->gguf.version, (unsigned long long)m->gguf.n_tensors,
+              (unsigned long long)m->gguf.n_kv, c->n_vocab, c->n_ctx_train, c->n_layer,
+              c->d_model, c->n_head, c->n_head_kv, c->head_dim_k, c->head_dim_v, c->n_ff,
+              c->n_rot, (double)c->rope_base, (double)c->rope_base_local, c->sliding_window,
+              (double)c->eps, m->gguf.size, (unsigned long long)m->weight_bytes);
+    sb_printf(&b, ", \"sliding_layers\": [");
+    bool first = true;
+    for (int32_t il = 0; il < c->n_layer; il++) {
+        if (m->layers[il].sliding) {
+            sb_printf(&b, "%s%d", first ? "" : ", ", il);
+            first = false;
+        }
+    }
+    sb_printf(&b, "], \"tensor_types\": {");
+    first = true;
+    for (uint32_t t = 0; t < GT_TYPE_COUNT; t++) {
+        uint64_t count = 0;
+        for (uint64_t i = 0; i < m->gguf.n_tensors; i++) count += m->gguf.tensors[i].type == t;
+        if (count) {
+            sb_printf(&b, "%s\"%s\": %llu", first ? "" : ", ", gt_type_get(t)->name,
+                      (unsigned long long)count);
+            first = false;
+        }
+    }
+    sb_printf(&b, "}, \"has_tokenizer\": %s}", m->tokenizer ? "true" : "false");
+    return finish_buffer(&b, needed);
+}
+
+geist_status geist_model_meta(const geist_model *m, const char *key, char *buf, size_t cap,
+                              size_t *needed) {
+    if (!m || !key) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "model and key must not be NULL");
+    const gguf_kv *kv = gguf_find_kv(&m->gguf, key);
+    if (!kv) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "metadata key '%s' not found", key);
+    sbuf b = {buf, buf ? cap : 0, 0};
+    switch (kv->type) {
+    case GGUF_VT_UINT8: case GGUF_VT_UINT16: case GGUF_VT_UINT32: case GGUF_VT_UINT64:
+        sb_printf(&b, "%llu", (unsigned long long)kv->v.u);
+        break;
+    case GGUF_VT_INT8: case GGUF_VT_INT16: case GGUF_VT_INT32: case GGUF_VT_INT64:
+        sb_printf(&b, "%lld", (long long)kv->v.i);
+        break;
+    case GGUF_VT_FLOAT32: case GGUF_VT_FLOAT64:
+        sb_printf(&b, "%.9g", kv->v.f);
+        break;
+    case GGUF_VT_BOOL:
+        sb_printf(&b, "%s", kv->v.b ? "true" : "false");
+        break;
+    case GGUF_VT_STRING:
+        sb_printf(&b, "%.*s", (int)kv->v.s.len, kv->v.s.ptr);
+        break;
+    default:
+        sb_printf(&b, "[array of %llu %s]", (unsigned long long)kv->arr_len,
+                  gguf_vtype_name(kv->arr_type));
+    }
+    return finish_buffer(&b, needed);
+}

@@ -1,0 +1,33 @@
+/* cpu_scalar dequantize and dot kernels: the reference every other backend is held to.
+ *
+ * Supported types: F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K (the `supported` entries of
+ * util/ggml_types.h). Callers check the type and sizes; these kernels do not (hot path). For a
+ * type they do not know they write zeros / return 0 rather than read past anything. */
+#ifndef GEIST_CPU_SCALAR_QUANTS_H
+#define GEIST_CPU_SCALAR_QUANTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* n is a multiple of the type's block size (see util/ggml_types.h). src holds n/block blocks. */
+void gt_scalar_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+/* Dot product of a row of n values of `type` with float x. Each run of 32 values is summed in
+ * float (8 lanes, fixed order) and the runs are summed in double, so the result is close to the
+ * float64 dot of the dequantized row. Bit-identical to what gt_scalar_matmul_rows() writes for the
+ * same row and vector, so decode and prefill agree exactly. */
+float gt_scalar_vec_dot(uint32_t type, const void *row, const float *x, int64_t n);
+
+/* For rows [r0, r1) of a weight matrix W (rows of n_in values, row stride row_bytes), for each of
+ * n_tok token activations X (n_tok x n_in, row-major floats), writes
+ * Y[t * ldy + r] = dot(W[r], X[t]). Each W row is dequantized once into `tmp` (n_in floats,
+ * caller provided) and reused for all tokens. */
+void gt_scalar_matmul_rows(uint32_t type, const void *w, size_t row_bytes, int64_t n_in, int64_t r0,
+                           int64_t r1, const float *x, int64_t n_tok, float *y, int64_t ldy,
+                           float *tmp);
+
+/* Dot of two float vectors with the same accumulation as gt_scalar_vec_dot (32-value runs in
+ * float, runs summed in double). Exposed so attention and other float ops can share it. */
+float gt_scalar_dot_f32(const float *a, const float *b, int64_t n);
+
+#endif

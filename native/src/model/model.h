@@ -1,0 +1,84 @@
+/* The loaded model: parsed GGUF, architecture config, weight views, tokenizer. Immutable after
+ * load and shared by all sessions on any thread (only the error slot is mutable, under a lock). */
+#ifndef GEIST_MODEL_H
+#define GEIST_MODEL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "../backend/backend.h"
+#include "../gguf/gguf.h"
+#include "geist.h"
+
+struct gt_tokenizer;
+
+typedef enum gt_arch { GT_ARCH_LLAMA = 0, GT_ARCH_GEMMA3 = 1 } gt_arch;
+typedef enum gt_rope_style {
+    GT_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]) */
+    GT_ROPE_NEOX = 1  /* rotate x[i] with x[i + n_rot/2] */
+} gt_rope_style;
+typedef enum gt_act { GT_ACT_SILU = 0, GT_ACT_GELU_TANH = 1 } gt_act;
+
+/* Architecture facts, all read from metadata (arch.c says which key gives which field). */
+typedef struct gt_config {
+    gt_arch arch;
+    char arch_name[32];
+    int32_t n_layer, d_model, n_head, n_head_kv, head_dim_k, head_dim_v, n_ff, n_vocab;
+    int32_t n_ctx_train, n_rot, sliding_window;
+    float eps;
+    float rope_base, rope_base_local; /* global layers / sliding-window layers */
+    float rope_scale_global;          /* position multiplier (linear rope scaling), 1 = none */
+    float attn_scale, embed_scale;
+    gt_rope_style rope_style;
+    gt_act act;
+    bool qk_norm, post_norms;
+} gt_config;
+
+/* A 1-D vector (norm weights) as floats: aliased when stored as F32, else an owned copy. */
+typedef struct gt_vec {
+    const float *data;
+    float *owned;
+    int64_t n;
+} gt_vec;
+
+typedef struct gt_layer {
+    gt_vec attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffn_norm;
+    gt_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    bool sliding; /* sliding-window attention layer */
+} gt_layer;
+
+struct geist_model {
+    geist_engine *engine;
+    const gt_backend *backend;
+    gguf_file gguf;
+    void *map;        /* file mapping owned by the model (load_file), else NULL */
+    size_t map_size;
+    gt_config cfg;
+    gt_weight tok_embd, output;
+    gt_vec output_norm;
+    gt_layer *layers;
+    float *inv_freq_global, *inv_freq_local; /* n_rot/2 each */
+    struct gt_tokenizer *tokenizer;
+    uint64_t owned_weight_bytes;
+    uint64_t weight_bytes;
+    pthread_mutex_t err_lock;
+    gt_err last_err;
+};
+
+struct geist_engine {
+    const gt_backend *backend;
+    int32_t n_threads;
+};
+
+/* Accessors used by the other rooms (tokenizer API glue, chat templates, sessions). */
+const gguf_file *gt_model_gguf(const geist_model *m);
+const struct gt_tokenizer *gt_model_tokenizer(const geist_model *m);
+/* Records err as the model's last error (thread-safe) and as this thread's last error; returns
+ * err->status. */
+geist_status gt_model_record_error(const geist_model *m, const gt_err *err);
+
+/* Reads the architecture config and binds the weights (arch.c). */
+geist_status gt_arch_load(geist_model *m, gt_err *err);
+void gt_arch_free(geist_model *m);
+
+#endif

@@ -1,0 +1,108 @@
+"""cffi binding over native/include/geist.h (ABI mode: the header is parsed at import).
+
+The library is looked up, in order: an explicit `load_library(path)` call made before first use,
+the copy installed next to this package (`geist/_native/libgeist.so`, put there by SCons), and
+the repository's `build/release/` folder.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import cffi
+
+from geist.errors import GeistError, error_for_status
+
+_HERE = Path(__file__).resolve().parent
+_REPO = _HERE.parent.parent
+
+ffi = cffi.FFI()
+_lock = threading.Lock()
+_lib: Any = None
+_lib_path: Path | None = None
+
+
+def _header_path() -> Path:
+    for cand in (_HERE / "_native" / "geist.h", _REPO / "native" / "include" / "geist.h"):
+        if cand.is_file():
+            return cand
+    raise GeistError("geist.h not found: build the native core first (scons)")
+
+
+def _cdef_from_header(text: str) -> str:
+    """Turns the public header into declarations cffi can parse: the part between the ABI version
+    and the closing `extern "C"`, without preprocessor lines (simple integer #defines kept)."""
+    body = text.split("#define GEIST_ABI_VERSION", 1)[1].split("\n", 1)[1]
+    body = body.rsplit("#ifdef __cplusplus", 1)[0]
+    out: list[str] = []
+    for line in body.splitlines():
+        s = line.strip()
+        if s.startswith("#"):
+            m = re.match(r"#define\s+(GEIST_\w+)\s+(\d+)u?\b", s)
+            if m:
+                out.append(f"#define {m.group(1)} {m.group(2)}")
+            continue
+        out.append(line.replace("GEIST_API ", ""))
+    return re.sub(r"__attribute__\s*\(\(.*?\)\)", "", "\n".join(out))
+
+
+def _candidates() -> list[Path]:
+    return [
+        _HERE / "_native" / "libgeist.so",
+        _REPO / "build" / "release" / "libgeist.so",
+    ]
+
+
+def load_library(path: str | Path | None = None) -> Any:
+    """Opens the native library (once). Pass `path` to pick a build (e.g. the ASan one)."""
+    global _lib, _lib_path
+    with _lock:
+        if _lib is not None:
+            if path is not None and Path(path).resolve() != _lib_path:
+                raise GeistError(f"libgeist already loaded from {_lib_path}")
+            return _lib
+        if not getattr(ffi, "_geist_cdef_done", False):
+            ffi.cdef(_cdef_from_header(_header_path().read_text()))
+            ffi._geist_cdef_done = True  # type: ignore[attr-defined]
+        cands = [Path(path)] if path is not None else _candidates()
+        for cand in cands:
+            if cand.is_file():
+                _lib = ffi.dlopen(str(cand))
+                _lib_path = cand.resolve()
+                return _lib
+        raise GeistError(
+            "libgeist.so not found (looked in: " + ", ".join(str(c) for c in cands) + "); "
+            "build it with `scons` in the repository"
+        )
+
+
+def library_path() -> Path | None:
+    return _lib_path
+
+
+class _LazyLib:
+    """`lib.geist_x(...)` opens the library on first use."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(load_library(), name)
+
+
+lib: Any = _LazyLib()
+
+
+def last_error() -> str:
+    buf = ffi.new("char[]", 1024)
+    lib.geist_last_error(buf, len(buf))
+    return str(ffi.string(buf).decode("utf-8", "replace"))
+
+
+def check(status: int, context: str = "") -> None:
+    """Raises the GeistError subclass for a non-zero status, with this thread's native message."""
+    if status != 0:
+        msg = last_error()
+        if context:
+            msg = f"{context}: {msg}" if msg else context
+        raise error_for_status(int(status), msg)

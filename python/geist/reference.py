@@ -1,0 +1,437 @@
+"""Independent numpy forward pass for the GGUF models geist runs (llama and gemma3).
+
+This is the oracle the native core is checked against: it shares nothing with the C code but
+the file. Weights are read with ``gguf.GGUFReader`` and dequantized with
+``gguf.quants.dequantize`` (exactly: every dequantized value is a float32, as in ggml), then all
+arithmetic runs in float64. The one exception of storage, not of arithmetic: the token embedding
+(which is also the tied output matrix: 262144 x 640 for Gemma 3) stays float32 in memory and is
+widened to float64 a slice of rows at a time for the output projection, so the logits are float64
+too without holding a 1.3 GB float64 copy.
+
+The model is configured from GGUF metadata only. Facts checked against llama.cpp's outputs on the
+real models (tests/test_reference.py):
+
+* llama: RMSNorm; grouped-query attention; SwiGLU FFN; RoPE on adjacent pairs (x[2i], x[2i+1]),
+  ggml's "normal" mode (the GGUF converter permuted Q/K for it), theta_i = base^(-2i/n_rot) over
+  the first n_rot = rope.dimension_count dims; attention scale 1/sqrt(head_dim); output tied to
+  token_embd when output.weight is absent.
+* gemma3: embeddings scaled by sqrt(d_model); RMSNorm weights used as stored (the GGUF converter
+  already added the 1 of Gemma's (1 + w)); per-head RMSNorm of Q and K before RoPE;
+  post_attention_norm and post_ffw_norm on the sublayer outputs before the residual add; gated
+  GELU (tanh form) FFN; attention scale 1/sqrt(key_length); RoPE on halves (x[i], x[i + n_rot/2]),
+  ggml's "neox" mode; every 6th layer ((i + 1) % 6 == 0) is global with the file's rope base, the
+  others are local: rope base 10000 and a causal window (position p sees keys k with
+  p - k < sliding_window); no final logit softcapping.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
+
+__all__ = ["ModelConfig", "ReferenceModel", "clear_cache", "read_config"]
+
+SUPPORTED_ARCHS = ("llama", "gemma3")
+
+# llama.cpp hardcodes these for gemma3 when the file does not say otherwise.
+GEMMA3_SWA_PERIOD = 6
+GEMMA3_ROPE_BASE_LOCAL = 10000.0
+
+F64 = np.float64
+Array = np.ndarray[Any, np.dtype[Any]]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str
+    n_layer: int
+    d_model: int
+    n_head: int
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+    d_ff: int
+    vocab_size: int
+    context_length: int
+    rms_eps: float
+    rope_base: float
+    rope_base_local: float  # rope base of sliding-window layers (gemma3)
+    n_rot: int  # leading dims of each head that RoPE rotates
+    rope_neox: bool  # True: rotate (x[i], x[i + n_rot/2]); False: (x[2i], x[2i+1])
+    rope_scale: float  # linear rope scaling factor of global layers (positions / factor)
+    sliding_window: int  # 0: no sliding-window layers
+    sliding_layers: tuple[bool, ...]  # per layer: uses the window and the local rope base
+    attn_scale: float
+    embed_scale: float  # gemma3: sqrt(d_model)
+    final_logit_softcap: float  # 0: none
+    attn_logit_softcap: float  # 0: none
+    tied_output: bool
+    bos_id: int | None
+    eos_id: int | None
+
+    def is_sliding(self, layer: int) -> bool:
+        return self.sliding_layers[layer]
+
+
+def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+def read_config(reader: GGUFReader) -> ModelConfig:
+    arch = _field(reader, "general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise ValueError(f"unsupported architecture {arch!r}; expected one of {SUPPORTED_ARCHS}")
+
+    def key(name: str, default: Any = None, required: bool = False) -> Any:
+        v = _field(reader, f"{arch}.{name}", default)
+        if v is None and required:
+            raise ValueError(f"missing metadata {arch}.{name}")
+        return v
+
+    n_layer = int(key("block_count", required=True))
+    d_model = int(key("embedding_length", required=True))
+    n_head = int(key("attention.head_count", required=True))
+    n_head_kv = int(key("attention.head_count_kv", n_head))
+    head_dim_k = int(key("attention.key_length", d_model // n_head))
+    head_dim_v = int(key("attention.value_length", d_model // n_head))
+    d_ff = int(key("feed_forward_length", required=True))
+    eps = float(key("attention.layer_norm_rms_epsilon", 1e-5))
+    rope_base = float(key("rope.freq_base", 10000.0))
+    n_rot = int(key("rope.dimension_count", head_dim_k))
+    context = int(key("context_length", 0))
+    scaling_type = key("rope.scaling.type", "none")
+    rope_scale = float(key("rope.scaling.factor", 1.0)) if scaling_type == "linear" else 1.0
+    if scaling_type not in ("none", "linear"):
+        raise ValueError(f"unsupported rope scaling {scaling_type!r}")
+
+    embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+    if embd is None:
+        raise ValueError("missing tensor token_embd.weight")
+    vocab = int(embd.shape[1])
+    tied = not any(t.name == "output.weight" for t in reader.tensors)
+
+    sliding_window = 0
+    sliding: list[bool] = [False] * n_layer
+    rope_base_local = rope_base
+    embed_scale = 1.0
+    if arch == "gemma3":
+        sliding_window = int(key("attention.sliding_window", 0))
+        rope_base_local = float(key("rope.freq_base_swa", GEMMA3_ROPE_BASE_LOCAL))
+        embed_scale = math.sqrt(d_model)
+        pattern = key("attention.sliding_window_pattern", None)
+        if isinstance(pattern, list) and len(pattern) == n_layer:
+            sliding = [bool(p) for p in pattern]
+        else:
+            period = int(pattern) if isinstance(pattern, int) and pattern > 0 else GEMMA3_SWA_PERIOD
+            sliding = [(i + 1) % period != 0 for i in range(n_layer)]
+        if sliding_window <= 0:
+            sliding = [False] * n_layer
+
+    scale = key("attention.scale", None)
+    attn_scale = float(scale) if scale else 1.0 / math.sqrt(head_dim_k)
+    bos = _field(reader, "tokenizer.ggml.bos_token_id")
+    eos = _field(reader, "tokenizer.ggml.eos_token_id")
+    if n_head % n_head_kv != 0:
+        raise ValueError(f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
+    if n_rot % 2 != 0 or n_rot > head_dim_k:
+        raise ValueError(f"bad rope.dimension_count {n_rot} for head dim {head_dim_k}")
+
+    return ModelConfig(
+        arch=arch,
+        n_layer=n_layer,
+        d_model=d_model,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim_k=head_dim_k,
+        head_dim_v=head_dim_v,
+        d_ff=d_ff,
+        vocab_size=vocab,
+        context_length=context,
+        rms_eps=eps,
+        rope_base=rope_base,
+        rope_base_local=rope_base_local,
+        n_rot=n_rot,
+        rope_neox=arch == "gemma3",
+        rope_scale=rope_scale,
+        sliding_window=sliding_window,
+        sliding_layers=tuple(sliding),
+        attn_scale=attn_scale,
+        embed_scale=embed_scale,
+        final_logit_softcap=float(key("final_logit_softcapping", 0.0) or 0.0),
+        attn_logit_softcap=float(key("attn_logit_softcapping", 0.0) or 0.0),
+        tied_output=tied,
+        bos_id=None if bos is None else int(bos),
+        eos_id=None if eos is None else int(eos),
+    )
+
+
+@dataclass
+class _Layer:
+    attn_norm: Array
+    wq: Array  # (n_head * head_dim_k, d_model)
+    wk: Array
+    wv: Array
+    wo: Array  # (d_model, n_head * head_dim_v)
+    ffn_norm: Array
+    w_gate: Array  # (d_ff, d_model)
+    w_up: Array
+    w_down: Array  # (d_model, d_ff)
+    q_norm: Array | None = None
+    k_norm: Array | None = None
+    post_attn_norm: Array | None = None
+    post_ffn_norm: Array | None = None
+
+
+@dataclass
+class _Weights:
+    config: ModelConfig
+    token_embd: Array  # (vocab, d_model) float32
+    output: Array  # (vocab, d_model) float32; token_embd itself when tied
+    output_norm: Array
+    layers: list[_Layer]
+
+
+def _load_weights(path: Path) -> _Weights:
+    reader = GGUFReader(path)
+    cfg = read_config(reader)
+    tensors = {t.name: t for t in reader.tensors}
+
+    def raw(name: str) -> Array:
+        t = tensors.get(name)
+        if t is None:
+            raise ValueError(f"missing tensor {name}")
+        data = dequantize(t.data, GGMLQuantizationType(t.tensor_type))
+        shape = tuple(int(n) for n in reversed(t.shape))  # numpy order: (ne[1], ne[0])
+        return np.asarray(data, dtype=np.float32).reshape(shape)
+
+    def mat(name: str, rows: int, cols: int) -> Array:
+        a = raw(name)
+        if a.shape != (rows, cols):
+            raise ValueError(f"{name}: shape {a.shape}, expected {(rows, cols)}")
+        return a.astype(F64)
+
+    def vec(name: str, n: int) -> Array:
+        a = raw(name).reshape(-1)
+        if a.shape != (n,):
+            raise ValueError(f"{name}: shape {a.shape}, expected {(n,)}")
+        return a.astype(F64)
+
+    def opt_vec(name: str, n: int) -> Array | None:
+        return vec(name, n) if name in tensors else None
+
+    d, hk, hv = cfg.d_model, cfg.head_dim_k, cfg.head_dim_v
+    layers: list[_Layer] = []
+    for i in range(cfg.n_layer):
+        p = f"blk.{i}."
+        layers.append(
+            _Layer(
+                attn_norm=vec(p + "attn_norm.weight", d),
+                wq=mat(p + "attn_q.weight", cfg.n_head * hk, d),
+                wk=mat(p + "attn_k.weight", cfg.n_head_kv * hk, d),
+                wv=mat(p + "attn_v.weight", cfg.n_head_kv * hv, d),
+                wo=mat(p + "attn_output.weight", d, cfg.n_head * hv),
+                ffn_norm=vec(p + "ffn_norm.weight", d),
+                w_gate=mat(p + "ffn_gate.weight", cfg.d_ff, d),
+                w_up=mat(p + "ffn_up.weight", cfg.d_ff, d),
+                w_down=mat(p + "ffn_down.weight", d, cfg.d_ff),
+                q_norm=opt_vec(p + "attn_q_norm.weight", hk),
+                k_norm=opt_vec(p + "attn_k_norm.weight", hk),
+                post_attn_norm=opt_vec(p + "post_attention_norm.weight", d),
+                post_ffn_norm=opt_vec(p + "post_ffw_norm.weight", d),
+            )
+        )
+        if cfg.arch == "gemma3":
+            lay = layers[-1]
+            if (
+                lay.q_norm is None
+                or lay.k_norm is None
+                or lay.post_attn_norm is None
+                or lay.post_ffn_norm is None
+            ):
+                raise ValueError(f"gemma3 layer {i} lacks a q/k or post norm")
+
+    embd = raw("token_embd.weight")
+    if embd.shape != (cfg.vocab_size, d):
+        raise ValueError(f"token_embd.weight: shape {embd.shape}, expected {(cfg.vocab_size, d)}")
+    output = embd if cfg.tied_output else raw("output.weight")
+    if output.shape != (cfg.vocab_size, d):
+        raise ValueError(f"output.weight: shape {output.shape}, expected {(cfg.vocab_size, d)}")
+    return _Weights(
+        config=cfg,
+        token_embd=embd,
+        output=output,
+        output_norm=vec("output_norm.weight", d),
+        layers=layers,
+    )
+
+
+# Dequantized weights per file for the life of the process: dequantizing a real model takes
+# seconds and tests build many ReferenceModels. Keyed by path, size and mtime so a rewritten
+# fixture is read again.
+_CACHE: dict[tuple[str, int, int], _Weights] = {}
+_CACHE_LOCK = threading.Lock()
+_CACHE_MAX = 4
+
+
+def _cached_weights(path: Path) -> _Weights:
+    st = os.stat(path)
+    k = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    with _CACHE_LOCK:
+        w = _CACHE.get(k)
+        if w is not None:
+            _CACHE[k] = _CACHE.pop(k)  # most recently used last
+            return w
+    w = _load_weights(path)
+    with _CACHE_LOCK:
+        _CACHE[k] = w
+        while len(_CACHE) > _CACHE_MAX:
+            _CACHE.pop(next(iter(_CACHE)))
+    return w
+
+
+def clear_cache() -> None:
+    """Drop the dequantized weights kept for the process."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
+def _rms_norm(x: Array, w: Array, eps: float) -> Array:
+    ms = np.mean(x * x, axis=-1, keepdims=True)
+    return x / np.sqrt(ms + eps) * w
+
+
+def _gelu_tanh(x: Array) -> Array:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def _silu(x: Array) -> Array:
+    return x / (1.0 + np.exp(-x))
+
+
+def _rope(x: Array, pos: Array, n_rot: int, base: float, neox: bool) -> Array:
+    """Rotate the first n_rot dims of each head. x: (n, heads, head_dim); pos: (n,)."""
+    half = n_rot // 2
+    inv_freq = base ** (-np.arange(half, dtype=F64) * 2.0 / n_rot)
+    ang = pos.astype(F64)[:, None] * inv_freq[None, :]  # (n, half)
+    cos = np.cos(ang)[:, None, :]
+    sin = np.sin(ang)[:, None, :]
+    out = x.copy()
+    if neox:
+        a = x[..., :half]
+        b = x[..., half:n_rot]
+        out[..., :half] = a * cos - b * sin
+        out[..., half:n_rot] = a * sin + b * cos
+    else:
+        a = x[..., 0:n_rot:2]
+        b = x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2] = a * cos - b * sin
+        out[..., 1:n_rot:2] = a * sin + b * cos
+    return out
+
+
+class ReferenceModel:
+    """Float64 numpy forward pass of a llama or gemma3 GGUF, for checking the native core.
+
+    ``forward(ids)`` runs the whole sequence with causal attention from position 0 and returns
+    the logits of every position, shape (len(ids), vocab_size), float64.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._w = _cached_weights(self.path)
+        self.config: ModelConfig = self._w.config
+
+    def embed(self, ids: Sequence[int]) -> Array:
+        idx = np.asarray(list(ids), dtype=np.int64)
+        if idx.ndim != 1 or idx.size == 0:
+            raise ValueError("ids must be a non-empty sequence of token ids")
+        if idx.min() < 0 or idx.max() >= self.config.vocab_size:
+            raise ValueError(f"token id out of range [0, {self.config.vocab_size})")
+        return self._w.token_embd[idx].astype(F64) * self.config.embed_scale
+
+    def hidden(self, ids: Sequence[int]) -> Array:
+        """Final hidden states after output_norm, shape (n, d_model)."""
+        cfg = self.config
+        x = self.embed(ids)
+        n = x.shape[0]
+        pos = np.arange(n)
+        for i, layer in enumerate(self._w.layers):
+            x = self._block(x, pos, i, layer)
+        return _rms_norm(x, self._w.output_norm, cfg.rms_eps)
+
+    def forward(self, ids: Sequence[int]) -> Array:
+        h = self.hidden(ids)
+        out = self._w.output
+        logits = np.empty((h.shape[0], out.shape[0]), dtype=F64)
+        step = 16384  # widen the float32 output matrix to float64 a slice at a time
+        for s in range(0, out.shape[0], step):
+            logits[:, s : s + step] = h @ out[s : s + step].astype(F64).T
+        cap = self.config.final_logit_softcap
+        if cap > 0:
+            logits = cap * np.tanh(logits / cap)
+        return logits
+
+    __call__ = forward
+
+    def _block(self, x: Array, pos: Array, li: int, w: _Layer) -> Array:
+        cfg = self.config
+        n = x.shape[0]
+        hk, hv = cfg.head_dim_k, cfg.head_dim_v
+        sliding = cfg.is_sliding(li)
+
+        h = _rms_norm(x, w.attn_norm, cfg.rms_eps)
+        q = (h @ w.wq.T).reshape(n, cfg.n_head, hk)
+        k = (h @ w.wk.T).reshape(n, cfg.n_head_kv, hk)
+        v = (h @ w.wv.T).reshape(n, cfg.n_head_kv, hv)
+        if w.q_norm is not None:
+            q = _rms_norm(q, w.q_norm, cfg.rms_eps)
+        if w.k_norm is not None:
+            k = _rms_norm(k, w.k_norm, cfg.rms_eps)
+        if sliding:
+            base, rpos = cfg.rope_base_local, pos.astype(F64)
+        else:
+            base, rpos = cfg.rope_base, pos.astype(F64) / cfg.rope_scale
+        q = _rope(q, rpos, cfg.n_rot, base, cfg.rope_neox)
+        k = _rope(k, rpos, cfg.n_rot, base, cfg.rope_neox)
+
+        group = cfg.n_head // cfg.n_head_kv
+        k = np.repeat(k, group, axis=1)  # head h reads KV head h // group
+        v = np.repeat(v, group, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, k) * cfg.attn_scale
+        if cfg.attn_logit_softcap > 0:
+            c = cfg.attn_logit_softcap
+            scores = c * np.tanh(scores / c)
+        diff = pos[:, None] - pos[None, :]  # query - key
+        allowed = diff >= 0
+        if sliding:
+            allowed &= diff < cfg.sliding_window
+        scores = np.where(allowed[None, :, :], scores, -np.inf)
+        scores -= scores.max(axis=-1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(axis=-1, keepdims=True)
+        attn = np.einsum("hqk,khd->qhd", p, v).reshape(n, cfg.n_head * hv)
+        attn = attn @ w.wo.T
+        if w.post_attn_norm is not None:
+            attn = _rms_norm(attn, w.post_attn_norm, cfg.rms_eps)
+        x = x + attn
+
+        h = _rms_norm(x, w.ffn_norm, cfg.rms_eps)
+        gate = h @ w.w_gate.T
+        up = h @ w.w_up.T
+        act = _gelu_tanh(gate) if cfg.arch == "gemma3" else _silu(gate)
+        down = (act * up) @ w.w_down.T
+        if w.post_ffn_norm is not None:
+            down = _rms_norm(down, w.post_ffn_norm, cfg.rms_eps)
+        return x + down
