@@ -72,12 +72,23 @@ GEIST_API const char *geist_version(void);
 
 typedef struct geist_engine geist_engine;
 
+/* Arithmetic of products with quantized weights (geist_engine_options.activations). */
+typedef enum geist_activations {
+    /* Default: activations are rounded to 8-bit blocks before the product, as llama.cpp does;
+     * every backend computes this same function (SIMD backends with integer dot products). */
+    GEIST_ACTIVATIONS_Q8 = 0,
+    /* Exact float activations: the plain mathematical model, for checking against float64
+     * references. Only cpu_scalar offers it (others: GEIST_ERR_UNSUPPORTED). */
+    GEIST_ACTIVATIONS_F32 = 1
+} geist_activations;
+
 typedef struct geist_engine_options {
     uint32_t struct_size;
     /* Backend name: "cpu_scalar" (the reference), or NULL / "auto" for the best available. */
     const char *backend;
     /* Worker threads for backends that use them; 0 = default (all cores minus one, at least 1). */
     int32_t n_threads;
+    int32_t activations; /* a geist_activations; default GEIST_ACTIVATIONS_Q8 */
 } geist_engine_options;
 
 GEIST_API void geist_engine_options_default(geist_engine_options *opts);

@@ -580,6 +580,9 @@ static void test_metadata_errors(void) {
     patch_u64(&b, m.arr_len, (uint64_t)1 << 62); /* * 4 bytes would wrap to 0 */
     expect_fail(&b, GEIST_ERR_BAD_FORMAT, "array length", "array length 2^62 (wraps)");
     RESET();
+    patch_u32(&b, m.arr_len - 4, 13); /* the array's element type */
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "unknown array element type 13", "array element type");
+    RESET();
     patch_u64(&b, m.str_arr_len, (uint64_t)1 << 63);
     expect_fail(&b, GEIST_ERR_BAD_FORMAT, "array length", "string array length 2^63");
     RESET();

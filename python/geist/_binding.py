@@ -64,9 +64,6 @@ def load_library(path: str | Path | None = None) -> Any:
             if path is not None and Path(path).resolve() != _lib_path:
                 raise GeistError(f"libgeist already loaded from {_lib_path}")
             return _lib
-        if not getattr(ffi, "_geist_cdef_done", False):
-            ffi.cdef(_cdef_from_header(_header_path().read_text()))
-            ffi._geist_cdef_done = True  # type: ignore[attr-defined]
         cands = [Path(path)] if path is not None else _candidates()
         for cand in cands:
             if cand.is_file():
@@ -77,6 +74,10 @@ def load_library(path: str | Path | None = None) -> Any:
             "libgeist.so not found (looked in: " + ", ".join(str(c) for c in cands) + "); "
             "build it with `scons` in the repository"
         )
+
+
+# Declarations are read at import (cheap), so ffi.new() works before the library is opened.
+ffi.cdef(_cdef_from_header(_header_path().read_text()))
 
 
 def library_path() -> Path | None:

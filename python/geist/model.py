@@ -6,13 +6,15 @@ import json
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from geist._binding import check, ffi, lib
-from geist.errors import GeistError, StateError
+from geist.errors import CapacityError, GeistError, StateError
+from geist.generate import GenerationResult, Piece, SamplerOptions
+from geist.generate import generate as _generate
 
 KV_MODES: dict[str, int] = {"f32": 0, "f16": 1}
 
@@ -31,7 +33,8 @@ _MEMORY_FIELDS = (
 
 def _report_to_dict(rep: Any) -> dict[str, int]:
     out = {name: int(getattr(rep, name)) for name in _MEMORY_FIELDS}
-    out["total_owned"] = sum(v for k, v in out.items() if k not in ("weights_aliased", "mapped_file"))
+    not_owned = ("weights_aliased", "mapped_file")
+    out["total_owned"] = sum(v for k, v in out.items() if k not in not_owned)
     return out
 
 
@@ -52,9 +55,13 @@ def _read_text(fn: Any, *args: Any) -> str:
 class Engine:
     """Chooses the backend; owns what its models share. Most code uses the default engine."""
 
-    def __init__(self, backend: str | None = None, n_threads: int = 0) -> None:
+    def __init__(self, backend: str | None = None, n_threads: int = 0,
+                 exact_activations: bool = False) -> None:
+        """exact_activations: float activations in products with quantized weights (cpu_scalar
+        only; the default rounds them to 8 bits first, as llama.cpp and every backend do)."""
         opts = ffi.new("geist_engine_options *")
         lib.geist_engine_options_default(opts)
+        opts.activations = 1 if exact_activations else 0
         self._backend_name = ffi.new("char[]", (backend or "auto").encode())
         opts.backend = self._backend_name
         opts.n_threads = n_threads
@@ -159,6 +166,80 @@ class Model:
         check(lib.geist_model_memory(self._require(), rep))
         return _report_to_dict(rep)
 
+    # -- text ------------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False
+                 ) -> list[int]:
+        """Token ids of `text`. add_special adds BOS/EOS as the model's metadata says;
+        parse_special matches control tokens written in the text (never for player input)."""
+        data = text.encode("utf-8")
+        flags = (1 if add_special else 0) | (2 if parse_special else 0)
+        n = ffi.new("size_t *")
+        cap = len(data) + 8
+        while True:
+            ids = ffi.new("int32_t[]", cap)
+            st = lib.geist_tokenize(self._require(), data, len(data), flags, ids, cap, n)
+            if st == 8 and n[0] > cap:
+                cap = int(n[0])
+                continue
+            check(st)
+            return list(ids[0 : n[0]])
+
+    def detokenize(self, ids: Sequence[int], render_special: bool = False) -> str:
+        arr = np.ascontiguousarray(np.asarray(ids, dtype=np.int32))
+        n = ffi.new("size_t *")
+        cap = 16 * arr.size + 16
+        while True:
+            buf = ffi.new("char[]", cap)
+            st = lib.geist_detokenize(self._require(), ffi.from_buffer("int32_t[]", arr),
+                                      arr.size, 1 if render_special else 0, buf, cap, n)
+            if st == 8 and n[0] > cap:
+                cap = int(n[0])
+                continue
+            check(st)
+            return bytes(ffi.buffer(buf, n[0])).decode("utf-8", "replace")
+
+    def token_piece(self, token: int, render_special: bool = True) -> bytes:
+        """The raw bytes of one token (may be part of a UTF-8 character)."""
+        n = ffi.new("size_t *")
+        cap = 64
+        while True:
+            buf = ffi.new("char[]", cap)
+            st = lib.geist_token_piece(self._require(), token, 1 if render_special else 0, buf,
+                                       cap, n)
+            if st == 8 and n[0] > cap:
+                cap = int(n[0])
+                continue
+            check(st)
+            return bytes(ffi.buffer(buf, n[0]))
+
+    def special_tokens(self) -> dict[str, int]:
+        out = ffi.new("geist_special_tokens *")
+        out.struct_size = ffi.sizeof("geist_special_tokens")
+        check(lib.geist_model_special_tokens(self._require(), out))
+        return {k: int(getattr(out, k)) for k in ("bos", "eos", "eot", "unk", "pad", "add_bos",
+                                                    "add_eos")}
+
+    def is_end_token(self, token: int) -> bool:
+        return bool(lib.geist_token_is_end(self._require(), token))
+
+    def chat_template(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True,
+                      template: str | None = None) -> str:
+        """Renders the model's chat template (or `template`) for {role, content} messages."""
+        keep = []
+        arr = ffi.new("geist_chat_message[]", len(messages))
+        for i, msg in enumerate(messages):
+            role = ffi.new("char[]", msg["role"].encode())
+            content = ffi.new("char[]", msg["content"].encode())
+            keep += [role, content]
+            arr[i].role = role
+            arr[i].content = content
+        tmpl = ffi.new("char[]", template.encode()) if template is not None else ffi.NULL
+        return _read_text(lib.geist_chat_apply_template, self._require(), tmpl, arr,
+                          len(messages), 1 if add_generation_prompt else 0)
+
+    # -- sessions ----------------------------------------------------------------------------------
+
     def session(self, max_seq_len: int = 512, kv_mode: str = "f16", seed: int = 0) -> Session:
         if kv_mode not in KV_MODES:
             raise GeistError(f"unknown kv_mode {kv_mode!r}; choose from {sorted(KV_MODES)}", 1)
@@ -170,6 +251,7 @@ class Model:
         out = ffi.new("geist_session **")
         check(lib.geist_session_create(self._require(), opts, out))
         s = Session(out[0], self, kv_mode)
+        s.seed = seed
         self._sessions.add(s)
         return s
 
@@ -203,6 +285,9 @@ class Session:
         self._ptr: Any = ptr
         self.model = model
         self.kv_mode = kv_mode
+        self.seed = 0
+        self.history: list[int] = []  # every token the session holds, in order
+        self.last_result: GenerationResult | None = None
         self._lock = threading.Lock()
 
     def _require(self) -> Any:
@@ -232,10 +317,12 @@ class Session:
         with self._lock:
             check(lib.geist_session_prefill(self._require(), ffi.from_buffer("int32_t[]", arr),
                                             arr.size))
+            self.history += arr.tolist()
 
     def decode(self, token: int) -> None:
         with self._lock:
             check(lib.geist_session_decode(self._require(), int(token)))
+            self.history.append(int(token))
 
     def step(self, token: int | None = None) -> int:
         """Feeds `token` (default: the greedy choice from the current logits) and returns it."""
@@ -259,16 +346,62 @@ class Session:
         with self._lock:
             check(lib.geist_session_eval(self._require(), ffi.from_buffer("int32_t[]", arr),
                                          arr.size, ffi.from_buffer("float[]", res)))
+            self.history += arr.tolist()
         return res
 
     def reset(self) -> None:
         with self._lock:
             lib.geist_session_reset(self._require())
+            self.history = []
 
     def memory(self) -> dict[str, int]:
         rep = ffi.new("geist_memory_report *")
         check(lib.geist_session_memory(self._require(), rep))
         return _report_to_dict(rep)
+
+    # -- text generation ---------------------------------------------------------------------------
+
+    def generate(self, prompt: str | Sequence[int] = "", max_tokens: int = 128,
+                 stop: Sequence[str] = (), *, temperature: float = 0.8, top_k: int = 40,
+                 top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                 penalty_last_n: int = 64, seed: int | None = None,
+                 parse_special: bool = False) -> Iterator[Piece]:
+        """Appends the prompt (text or ids) and streams the reply as text pieces.
+
+        Text is tokenized with BOS/EOS only when the session is empty. Generation ends at an end
+        token, a stop string (not included in the output), max_tokens, or the session's cap;
+        `self.last_result` then holds the full text, ids and finish_reason."""
+        if isinstance(prompt, str):
+            ids = self.model.tokenize(prompt, add_special=self.n_past == 0,
+                                      parse_special=parse_special) if prompt else []
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids and self.n_past == 0:
+            raise GeistError("empty prompt on an empty session: nothing to continue from", 1)
+        if len(ids) > self.max_seq_len - self.n_past:
+            raise CapacityError(
+                f"prompt of {len(ids)} tokens does not fit: the session holds {self.n_past} of "
+                f"its max_seq_len {self.max_seq_len}", 6)
+        options = SamplerOptions(temperature, top_k, top_p, min_p, repeat_penalty,
+                                 frequency_penalty, presence_penalty, penalty_last_n,
+                                 self.seed if seed is None else seed)
+        self.last_result = GenerationResult()
+        return _generate(self, ids, max_tokens, list(stop), options, self.last_result)
+
+    def chat(self, messages: Sequence[dict[str, str]], max_tokens: int = 128,
+             stop: Sequence[str] = (), **sampling: Any) -> Iterator[Piece]:
+        """Renders the chat template for `messages` (+ generation prompt) and streams the reply.
+        If the session already holds an earlier rendering of the same conversation, only the new
+        tokens are prefilled (the NPC keeps its KV cache between lines)."""
+        text = self.model.chat_template(messages, add_generation_prompt=True)
+        ids = self.model.tokenize(text, add_special=True, parse_special=True)
+        held = self.history
+        if held and ids[: len(held)] == held and len(ids) > len(held):
+            ids = ids[len(held):]
+        else:
+            self.reset()
+        return self.generate(ids, max_tokens, stop, **sampling)
 
     def close(self) -> None:
         with self._lock:

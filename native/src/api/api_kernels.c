@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "backend/cpu_scalar/quants.h"
 #include "geist.h"
 #include "util/ggml_types.h"
@@ -65,7 +66,9 @@ geist_status geist_dequantize(int32_t type, const void *src, size_t src_size, fl
 
 geist_status geist_vec_dot(const char *backend, int32_t type, const void *row, size_t row_size,
                            const float *x, size_t n, float *out) {
-    if (backend != NULL && strcmp(backend, "cpu_scalar") != 0) {
+    /* NULL: cpu_scalar; also the forced variants "cpu_x86_avx2" / "cpu_x86_avx512" */
+    const gt_backend *be = backend == NULL ? gt_backend_cpu_scalar() : gt_backend_find(backend);
+    if (be == NULL || !be->available()) {
         return fail(GEIST_ERR_UNSUPPORTED, "geist_vec_dot: backend \"%.64s\" is not available",
                     backend);
     }
@@ -74,6 +77,6 @@ geist_status geist_vec_dot(const char *backend, int32_t type, const void *row, s
     if (st != GEIST_OK) return st;
     if (n > 0 && x == NULL) return fail(GEIST_ERR_INVALID_ARGUMENT, "geist_vec_dot: x is NULL");
     if (out == NULL) return fail(GEIST_ERR_INVALID_ARGUMENT, "geist_vec_dot: out is NULL");
-    *out = gt_scalar_vec_dot((uint32_t)type, row, x, (int64_t)n);
+    *out = be->vec_dot((uint32_t)type, row, x, (int64_t)n);
     return GEIST_OK;
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../model/model.h"
+#include "../runtime/pool.h"
 #include "../tokenizer/tokenizer.h"
 #include "../util/ggml_types.h"
 
@@ -70,6 +71,15 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
                            be->name);
     if (o.n_threads < 0)
         return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (0 = default)");
+    if (o.activations == GEIST_ACTIVATIONS_F32) {
+        if (strcmp(be->name, "cpu_scalar") != 0)
+            return thread_fail(GEIST_ERR_UNSUPPORTED,
+                               "exact float activations are offered by cpu_scalar only, not '%s'",
+                               be->name);
+        be = gt_backend_cpu_scalar_exact();
+    } else if (o.activations != GEIST_ACTIVATIONS_Q8) {
+        return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown activations mode %d", o.activations);
+    }
     geist_engine *e = calloc(1, sizeof *e);
     if (!e) return thread_fail(GEIST_ERR_OUT_OF_MEMORY, "out of memory (engine)");
     e->backend = be;
@@ -78,12 +88,21 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
         o.n_threads = n > 1 ? (int32_t)(n - 1) : 1;
     }
     e->n_threads = o.n_threads;
+    e->pool = gt_pool_create(e->n_threads);
+    if (!e->pool) {
+        free(e);
+        return thread_fail(GEIST_ERR_OUT_OF_MEMORY, "cannot start %d worker threads", (int)o.n_threads);
+    }
     *out = e;
     gt_clear_thread_error();
     return GEIST_OK;
 }
 
-void geist_engine_free(geist_engine *e) { free(e); }
+void geist_engine_free(geist_engine *e) {
+    if (!e) return;
+    gt_pool_free(e->pool);
+    free(e);
+}
 
 const char *geist_engine_backend_name(const geist_engine *e) { return e ? e->backend->name : ""; }
 

@@ -31,6 +31,8 @@ typedef struct gt_backend {
 } gt_backend;
 
 const gt_backend *gt_backend_cpu_scalar(void);
+/* cpu_scalar with exact float activations (GEIST_ACTIVATIONS_F32); see act_quant.h. */
+const gt_backend *gt_backend_cpu_scalar_exact(void);
 /* NULL if no backend of that name is compiled in. "auto" picks the best available. */
 const gt_backend *gt_backend_find(const char *name);
 /* Comma-separated names of the compiled-in backends. */

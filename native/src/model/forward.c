@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../session/session.h"
+#include "../runtime/pool.h"
 #include "../util/util.h"
 
 #define GT_CHUNK 32 /* tokens per pass through the layers; bounds scratch to O(chunk * width) */
@@ -42,10 +43,37 @@ static float act(gt_act a, float x) {
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
-static void matmul(const gt_backend *be, const gt_weight *w, const float *x, int32_t n, float *y,
-                   float *tmp) {
-    be->matmul(w, x, n, y, w->n_out, 0, w->n_out, tmp);
+/* Matrix products go through the engine's worker pool in tasks of MM_ROWS output rows. The task
+ * boundaries do not depend on the thread count and every backend computes a row the same way
+ * whichever rows it is given, so results are bit-identical for any n_threads. */
+#define MM_ROWS 64
+
+typedef struct mm_job {
+    const gt_backend *be;
+    const gt_weight *w;
+    const float *x;
+    int64_t n, ldy;
+    float *y;
+} mm_job;
+
+static void mm_task(void *ctx, int64_t task, float *tmp) {
+    const mm_job *j = ctx;
+    const int64_t r0 = task * MM_ROWS;
+    const int64_t r1 = r0 + MM_ROWS < j->w->n_out ? r0 + MM_ROWS : j->w->n_out;
+    j->be->matmul(j->w, j->x, j->n, j->y, j->ldy, r0, r1, tmp);
 }
+
+/* y[t * ldy + r] = dot(W[r], x[t]); tmp: w->n_in floats for the calling thread. */
+static void pool_matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w, const float *x,
+                        int32_t n, float *y, int64_t ldy, float *tmp) {
+    mm_job j = {be, w, x, n, ldy, y};
+    gt_pool_run(pool, (w->n_out + MM_ROWS - 1) / MM_ROWS, (size_t)w->n_in, mm_task, &j, tmp);
+}
+
+/* The layer code calls matmul(be, w, x, n, y, tmp) inside run_layers(), where `s` is the session:
+ * route it to the engine's pool. (Defined after every be->matmul use above.) */
+#define matmul(be, w, x, n, y, tmp) \
+    pool_matmul(s->model->engine->pool, (be), (w), (x), (n), (y), (w)->n_out, (tmp))
 
 static void kv_store(void *dst, int32_t mode, const float *src, int64_t n) {
     if (mode == GEIST_KV_F32) {
@@ -237,13 +265,14 @@ geist_status gt_forward(geist_session *s, const int32_t *ids, int32_t n, float *
         run_layers(s, ids + done, cn, s->n_past, &sc);
         if (all_logits) {
             float *dst = all_logits + (size_t)done * (size_t)c->n_vocab;
-            m->backend->matmul(&m->output, sc.xn, cn, dst, c->n_vocab, 0, c->n_vocab, sc.tmp);
+            pool_matmul(m->engine->pool, m->backend, &m->output, sc.xn, cn, dst, c->n_vocab,
+                        sc.tmp);
             if (done + cn == n)
                 memcpy(s->logits, dst + (size_t)(cn - 1) * (size_t)c->n_vocab,
                        (size_t)c->n_vocab * sizeof(float));
         } else if (done + cn == n) {
-            m->backend->matmul(&m->output, sc.xn + (cn - 1) * d, 1, s->logits, c->n_vocab, 0,
-                               c->n_vocab, sc.tmp);
+            pool_matmul(m->engine->pool, m->backend, &m->output, sc.xn + (cn - 1) * d, 1,
+                        s->logits, c->n_vocab, sc.tmp);
         }
         s->n_past += cn;
     }

@@ -11,6 +11,7 @@
 #include "geist.h"
 
 struct gt_tokenizer;
+struct gt_pool;
 
 typedef enum gt_arch { GT_ARCH_LLAMA = 0, GT_ARCH_GEMMA3 = 1 } gt_arch;
 typedef enum gt_rope_style {
@@ -68,6 +69,7 @@ struct geist_model {
 struct geist_engine {
     const gt_backend *backend;
     int32_t n_threads;
+    struct gt_pool *pool; /* n_threads - 1 workers for the matmuls (runtime/pool.h) */
 };
 
 /* Accessors used by the other rooms (tokenizer API glue, chat templates, sessions). */

@@ -88,10 +88,15 @@ geist_status geist_session_create(geist_model *model, const geist_session_option
         const bool sliding = model->layers[il].sliding;
         kv->rows = sliding && c->sliding_window < o.max_seq_len ? c->sliding_window : o.max_seq_len;
         kv->ring = sliding;
-        /* calloc: pages are committed as rows are written, but the bytes count in full. */
-        kv->k = calloc((size_t)kv->rows, kd * es);
-        kv->v = calloc((size_t)kv->rows, vd * es);
+        /* Committed now (written once), so the game pays the whole cost at creation and never
+         * takes page faults mid-conversation; the bytes counted are the bytes resident. */
+        kv->k = gt_malloc_array((size_t)kv->rows, kd * es);
+        kv->v = gt_malloc_array((size_t)kv->rows, vd * es);
         ok = kv->k && kv->v;
+        if (ok) {
+            gt_commit_zero(kv->k, (size_t)kv->rows * kd * es);
+            gt_commit_zero(kv->v, (size_t)kv->rows * vd * es);
+        }
         s->kv_bytes += (uint64_t)kv->rows * (kd + vd) * es;
     }
     if (!ok) {

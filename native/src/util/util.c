@@ -101,3 +101,10 @@ void *gt_malloc_array(size_t n, size_t size) {
     if (!gt_mul_size(n, size, &total)) return NULL;
     return malloc(total ? total : 1);
 }
+
+void gt_commit_zero(void *p, size_t n) {
+    memset(p, 0, n);
+    /* Volatile stores, one per page, so the compiler cannot fold malloc + memset into calloc. */
+    volatile unsigned char *q = p;
+    for (size_t i = 0; i < n; i += 4096) q[i] = 0;
+}

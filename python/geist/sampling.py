@@ -1,0 +1,110 @@
+"""The native sampler chain as a Python object.
+
+penalties -> logit bias / hook -> temperature -> top-k -> top-p -> min-p -> draw, with a seeded
+generator inside the sampler (same seed, options, history and logits -> same tokens, on any
+thread). Exact semantics: native/src/sample/sampler.h.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from geist._binding import check, ffi, lib
+
+_FIELDS = (
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "repeat_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "penalty_last_n",
+    "seed",
+)
+
+
+class Sampler:
+    """A geist_sampler for logits rows of n_vocab floats. Buffers are allocated once here."""
+
+    def __init__(
+        self,
+        n_vocab: int,
+        *,
+        temperature: float = 0.8,
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        repeat_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        penalty_last_n: int = 64,
+        seed: int = 0,
+    ) -> None:
+        self.n_vocab = int(n_vocab)
+        self._options: dict[str, float | int] = {
+            "temperature": temperature,
+            "top_k": top_k,
+            "top_p": top_p,
+            "min_p": min_p,
+            "repeat_penalty": repeat_penalty,
+            "frequency_penalty": frequency_penalty,
+            "presence_penalty": presence_penalty,
+            "penalty_last_n": penalty_last_n,
+            "seed": seed,
+        }
+        out = ffi.new("geist_sampler **")
+        check(lib.geist_sampler_create(self.n_vocab, self._native_options(self._options), out))
+        self._ptr: Any = ffi.gc(out[0], lib.geist_sampler_free)
+        self._out = ffi.new("int32_t *")
+
+    @staticmethod
+    def _native_options(values: Mapping[str, float | int]) -> Any:
+        opts = ffi.new("geist_sampler_options *")
+        lib.geist_sampler_options_default(opts)
+        for name in _FIELDS:
+            setattr(opts, name, values[name])
+        return opts
+
+    @property
+    def options(self) -> dict[str, float | int]:
+        return dict(self._options)
+
+    def set_options(self, **changes: float | int) -> None:
+        """Changes options; history and generator state are kept unless `seed` changes."""
+        unknown = set(changes) - set(_FIELDS)
+        if unknown:
+            raise TypeError(f"unknown sampler options: {sorted(unknown)}")
+        values = {**self._options, **changes}
+        check(lib.geist_sampler_set_options(self._ptr, self._native_options(values)))
+        self._options = values
+
+    def sample(self, logits: np.ndarray) -> int:
+        """Draws a token id from one row of n_vocab logits (not modified) and records it."""
+        row = np.ascontiguousarray(logits, dtype=np.float32)
+        if row.ndim != 1 or row.shape[0] != self.n_vocab:
+            raise ValueError(f"logits must have shape ({self.n_vocab},), got {row.shape}")
+        check(lib.geist_sampler_sample(self._ptr, ffi.from_buffer("float[]", row), self._out))
+        return int(self._out[0])
+
+    def accept(self, token: int) -> None:
+        """Records a token in the penalty history without drawing (e.g. prompt tokens)."""
+        lib.geist_sampler_accept(self._ptr, int(token))
+
+    def set_logit_bias(self, bias: Mapping[int, float]) -> None:
+        """Replaces the additive logit bias; float('-inf') bans a token, {} clears it."""
+        ids = ffi.new("int32_t[]", [int(k) for k in bias])
+        vals = ffi.new("float[]", [float(v) for v in bias.values()])
+        check(lib.geist_sampler_set_logit_bias(self._ptr, ids, vals, len(bias)))
+
+    def reset(self) -> None:
+        """Clears the history and reseeds the generator with the options' seed."""
+        lib.geist_sampler_reset(self._ptr)
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            lib.geist_sampler_free(ffi.gc(self._ptr, None))
+            self._ptr = None

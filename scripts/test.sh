@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh) and runs every test: ruff, the C unit tests under ASan+UBSan with
+# leak detection, the Python suite against the release build, and the quick Python suite against
+# the ASan+UBSan build. Extra arguments go to the main pytest run (e.g. -m "not slow").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+PY=.venv/bin/python
+
+echo "== ruff" >&2
+$PY -m ruff check python tests
+
+echo "== native build: release and asan" >&2
+$PY -m SCons -Q -j2 variant=release,asan >/dev/null
+
+echo "== C unit tests (ASan+UBSan, leak detection on)" >&2
+for t in build/asan/tests/test_*; do
+    [ -x "$t" ] || continue
+    echo "-- $t" >&2
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 "$t"
+done
+
+echo "== Python tests against the ASan+UBSan build (quick subset)" >&2
+scripts/pytest_asan.sh -q -m "not slow" -p no:cacheprovider
+
+echo "== Python tests (release build, all)" >&2
+$PY -m pytest -q "$@"

@@ -1,0 +1,68 @@
+"""Shared test setup: which native build to test, the real models, and fixture models.
+
+`pytest --native=asan` runs the suite against build/asan/libgeist.so (run it through
+tests/run_asan.sh, which preloads the sanitizer runtimes); the default is the release build.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE_DIR = REPO.parent / "shared" / "reference"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--native",
+        default="release",
+        help="native build to test: release, debug, asan, or a path to libgeist.so",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from geist import _binding
+
+    choice = config.getoption("--native")
+    path = Path(choice) if "/" in choice else REPO / "build" / choice / "libgeist.so"
+    if choice == "release" and not path.is_file():
+        return  # fall back to the installed copy next to the package
+    _binding.load_library(path)
+
+
+def reference_json(name: str) -> dict[str, Any]:
+    """llama.cpp's outputs for a real model ("smollm2" or "gemma3")."""
+    files = {
+        "smollm2": "SmolLM2-135M-Instruct.Q4_1.json",
+        "gemma3": "gemma-3-270m-q4_k_m.json",
+    }
+    path = REFERENCE_DIR / files[name]
+    if not path.is_file():
+        pytest.skip(f"reference outputs not found at {path}")
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    from geist import models
+
+    return models.smollm2_path()
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    from geist import models
+
+    return models.gemma3_path()
+
+
+@pytest.fixture(scope="session")
+def real_model_path(request: pytest.FixtureRequest) -> Path:
+    from geist import models
+
+    return models.get(request.param)

@@ -1,0 +1,110 @@
+"""Memory contract on the real Gemma 3 file (context length 32768): KV sized from the session's
+cap, measured RSS equal to the reported bytes, and zero-copy loading from the caller's buffer."""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import geist
+from conftest import reference_json
+from memory_utils import pin_malloc_thresholds, rss_bytes
+
+pytestmark = pytest.mark.slow
+
+
+def greedy(session: geist.Session, prompt: list[int], n: int) -> list[int]:
+    session.prefill(prompt)
+    return [session.step() for _ in range(n)]
+
+
+@pytest.mark.parametrize("kv_mode", ["f32", "f16"])
+def test_kv_sized_from_session_cap_not_model_context(gemma3_path: Path, kv_mode: str) -> None:
+    pin_malloc_thresholds()
+    prompt = reference_json("gemma3")["prompts"][0]["prompt_ids"]
+    with geist.Model.load(gemma3_path) as model:
+        assert model.n_ctx_train == 32768
+        # warm up code paths and the model's pages once, so later deltas are sessions only
+        with model.session(max_seq_len=16, kv_mode=kv_mode) as warm:
+            greedy(warm, prompt, 2)
+
+        before = rss_bytes()
+        small = model.session(max_seq_len=64, kv_mode=kv_mode)
+        small_delta = rss_bytes() - before
+        small_report = small.memory()
+
+        before = rss_bytes()
+        big = model.session(max_seq_len=32768, kv_mode=kv_mode)
+        big_delta = rss_bytes() - before
+        big_report = big.memory()
+
+        print(f"{kv_mode}: session(64) adds {small_delta / 2**20:.2f} MiB "
+              f"(reports kv {small_report['kv_cache'] / 2**20:.2f} MiB), session(32768) adds "
+              f"{big_delta / 2**20:.2f} MiB (reports kv {big_report['kv_cache'] / 2**20:.2f} MiB)")
+        assert small_delta < big_delta / 8
+        reported_big = big_report["kv_cache"] + big_report["scratch"] + big_report["other"]
+        assert abs(big_delta - reported_big) <= 0.10 * reported_big
+        # the small session is dominated by its logits row and page rounding; allow 1 MiB
+        reported_small = small_report["kv_cache"] + small_report["scratch"]
+        assert small_delta <= reported_small + 2**20
+
+        assert greedy(small, prompt, 8) == greedy(big, prompt, 8)
+
+        small.reset()
+        with pytest.raises(geist.CapacityError, match="max_seq_len 64"):
+            small.prefill([prompt[0]] * 65)
+        assert small.n_past == 0
+        assert greedy(small, prompt, 8) == greedy_fresh(model, prompt, kv_mode)
+        small.close()
+        big.close()
+
+
+def greedy_fresh(model: geist.Model, prompt: list[int], kv_mode: str) -> list[int]:
+    with model.session(max_seq_len=64, kv_mode=kv_mode) as s:
+        return greedy(s, prompt, 8)
+
+
+def test_from_buffer_is_zero_copy(gemma3_path: Path) -> None:
+    pin_malloc_thresholds()
+    size = gemma3_path.stat().st_size
+    with open(gemma3_path, "rb") as f:
+        buf = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)  # a write would fault
+    digest = hashlib.sha256(buf).hexdigest()  # also makes every page of the buffer resident
+    before = rss_bytes()
+    model = geist.Model.from_buffer(buf)
+    mem = model.memory()
+    owned = mem["total_owned"]
+    grown = rss_bytes() - before
+    print(f"owned {owned} bytes = {100 * owned / size:.3f}% of the file; RSS grew "
+          f"{grown / 2**20:.2f} MiB = {100 * grown / size:.3f}% of the file")
+    assert mem["weights_aliased"] > 0.95 * size
+    assert mem["weights_owned"] == 0
+    assert owned < 0.02 * size
+    assert grown < 0.02 * size
+    with model.session(max_seq_len=32) as s:
+        s.prefill([2, 818, 5279])
+        assert np.isfinite(s.logits()).all()
+    model.close()
+    assert hashlib.sha256(buf).hexdigest() == digest
+    buf.close()
+
+
+def test_from_buffer_keeps_bytes_alive(smollm2_path: Path) -> None:
+    data = smollm2_path.read_bytes()
+    model = geist.Model.from_buffer(data)
+    del data  # the model holds the only reference now
+    with model.session(max_seq_len=8) as s:
+        s.prefill([504, 3575])
+        assert int(np.argmax(s.logits())) >= 0
+    model.close()
+
+
+def test_load_file_counts_its_mapping(smollm2_path: Path) -> None:
+    with geist.Model.load(smollm2_path) as model:
+        mem = model.memory()
+        assert mem["mapped_file"] == smollm2_path.stat().st_size
+        assert mem["weights_owned"] == 0
