@@ -123,12 +123,18 @@ def test_sessions_on_threads_match_serial(fixture_model: geist.Model) -> None:
         np.testing.assert_array_equal(results[i], serial[i])
 
 
-def test_f16_kv_close_to_f32(fixture_model: geist.Model) -> None:
-    ids = random_ids(fixture_model, 24, seed=4)
-    with fixture_model.session(max_seq_len=24, kv_mode="f32") as a:
-        la = a.eval(ids)
-    with fixture_model.session(max_seq_len=24, kv_mode="f16") as b:
-        lb = b.eval(ids)
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_f16_kv_close_to_f32(arch: str) -> None:
+    # Exact float activations: with 8-bit activation rounding, the tiny f16 differences can flip
+    # a rounding decision and the random fixture amplifies that step (see test_forward.py).
+    engine = geist.Engine(backend="cpu_scalar", exact_activations=True)
+    path = testing.fixture_path(arch=arch, weight_type="Q8_0", seed=3)
+    with geist.Model.load(path, engine=engine) as model:
+        ids = random_ids(model, 24, seed=4)
+        with model.session(max_seq_len=24, kv_mode="f32") as a:
+            la = a.eval(ids)
+        with model.session(max_seq_len=24, kv_mode="f16") as b:
+            lb = b.eval(ids)
     rel = np.linalg.norm(la - lb) / np.linalg.norm(la)
     assert 0 < rel < 5e-3  # f16 rounding of K/V only
 

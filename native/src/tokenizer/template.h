@@ -5,15 +5,17 @@
  *  - {{ expr }}, {% if/elif/else/endif %}, {% for a[, b] in expr [if cond] %}...{% else %}
  *    ...{% endfor %} (loop.index, index0, revindex, revindex0, first, last, length, previtem,
  *    nextitem, cycle()), {% set x = e %}, {% set ns.attr = e %}, {% set x %}...{% endset %},
- *    {# comments #}, whitespace control with '-' on either side of every tag ('+' accepted).
+ *    {% raw %}...{% endraw %}, {# comments #}, whitespace control with '-' on either side of
+ *    every tag ('+' accepted).
  *  - Expressions: string literals ('..', ".." with Python escapes), integers, true/false/none
- *    (any capitalisation jinja2 accepts), lists [..], dicts {..}, tuples (as lists), variables,
+ *    (any capitalisation jinja2 accepts), lists [..], dicts {..}, tuples (..), variables,
  *    attribute/subscript access, slices [a:b:c], calls; operators with jinja2's precedence:
  *    `x if c else y`, or, and, not, == != < > <= >= in, not in, + -, ~, * // %, **, unary -.
  *    Integers are 64-bit; float literals and '/' (true division) are rejected.
  *  - Filters: trim, length/count, upper, lower, capitalize, title, first, last, join, default/d,
  *    replace, list, string, int, abs, reverse, items, tojson (jinja2's default: sorted keys,
- *    ASCII escapes, HTML-safe), selectattr/rejectattr, map(attribute=..|filter name), safe.
+ *    ASCII escapes, HTML-safe), select/reject, selectattr/rejectattr, map(attribute=..|filter
+ *    name), safe.
  *  - Tests (`is [not]`): defined, undefined, none, string, number, integer, boolean, true,
  *    false, mapping, iterable, sequence, callable, even, odd, divisibleby, eq/equalto/==, ne/!=,
  *    lt/<, gt/>, le/<=, ge/>=, in.

@@ -389,6 +389,76 @@ T_AVX2 static void tile_exact(const float *w, int nr, const float *x, int64_t ld
     }
 }
 
+/* ---- activation rounding: act_quant.c's gt_round_activations, vectorized, same results ------ */
+
+T_AVX2 static inline float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* roundf (halves away from zero): trunc, then one step out where the cut-off part is >= 0.5 */
+T_AVX2 static inline __m256 round_away(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(sign, v));
+    const __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    return _mm256_add_ps(t, _mm256_and_ps(up, one));
+}
+
+T_AVX2 static void round_q8_32_simd(const float *x, float *y) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < 32; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + i), absmask));
+    const float amax = hmax8(m);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float dh = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256 vid = _mm256_set1_ps(id), vdh = _mm256_set1_ps(dh);
+    for (int i = 0; i < 32; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(round_away(_mm256_mul_ps(_mm256_loadu_ps(x + i), vid)), vdh));
+}
+
+T_AVX2 static void round_q8_256_simd(const float *x, float *y) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < 256; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + i), absmask));
+    const float amax = hmax8(m);
+    if (amax == 0.0f) {
+        memset(y, 0, 256 * sizeof(float));
+        return;
+    }
+    float maxv = 0.0f; /* the first value of largest magnitude, with its sign */
+    for (int i = 0; i < 256; i++) {
+        if (__builtin_fabsf(x[i]) == amax) {
+            maxv = x[i];
+            break;
+        }
+    }
+    const float iscale = -127.0f / maxv;
+    const float d = 1.0f / iscale;
+    const __m256 vi = _mm256_set1_ps(iscale), vd = _mm256_set1_ps(d), top = _mm256_set1_ps(127.0f);
+    for (int i = 0; i < 256; i += 8) {
+        __m256 q = _mm256_round_ps(_mm256_mul_ps(vi, _mm256_loadu_ps(x + i)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q = _mm256_min_ps(q, top);
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(q, vd));
+    }
+}
+
+/* Finite activations: the same values as gt_round_activations (NaN inputs may differ). */
+T_AVX2 static void round_acts(gt_act_format f, const float *x, float *y, int64_t n) {
+    if (f == GT_ACTF_Q8_32) {
+        for (int64_t b = 0; b + 32 <= n; b += 32) round_q8_32_simd(x + b, y + b);
+    } else if (f == GT_ACTF_Q8_256) {
+        for (int64_t b = 0; b + 256 <= n; b += 256) round_q8_256_simd(x + b, y + b);
+    } else {
+        gt_round_activations(f, x, y, n);
+    }
+}
+
 typedef void (*tile_fn)(const float *w, int nr, const float *x, int64_t ldx, int nt, int len,
                         double *acc);
 
@@ -416,7 +486,7 @@ static void matmul_with(tile_fn tile, int vl, bool round_act, const gt_weight *w
         const int nt = (int)(n_tok - t0 < tg ? n_tok - t0 : tg);
         const float *xs = x + t0 * n_in;
         if (f != GT_ACTF_F32) {
-            gt_round_activations(f, xs, xr, nt * n_in);
+            round_acts(f, xs, xr, nt * n_in);
             xs = xr;
         }
         for (int64_t rg = r0; rg < r1; rg += RB) {
