@@ -408,3 +408,12 @@ def test_large_vocabulary_is_fast() -> None:
         per_draw = (time.perf_counter() - start) / 10
         assert 0 <= t < 262144
         assert per_draw < 0.05, (opts, per_draw)
+
+
+def test_close_is_idempotent_and_final() -> None:
+    s = plain()
+    assert s.sample(LOGITS) in range(N)
+    s.close()
+    s.close()
+    with pytest.raises(geist.StateError):
+        s.sample(LOGITS)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from geist._binding import check, ffi, lib
+from geist.errors import StateError
 
 _FIELDS = (
     "temperature",
@@ -79,7 +80,7 @@ class Sampler:
         if unknown:
             raise TypeError(f"unknown sampler options: {sorted(unknown)}")
         values = {**self._options, **changes}
-        check(lib.geist_sampler_set_options(self._ptr, self._native_options(values)))
+        check(lib.geist_sampler_set_options(self._require(), self._native_options(values)))
         self._options = values
 
     def sample(self, logits: np.ndarray) -> int:
@@ -87,24 +88,31 @@ class Sampler:
         row = np.ascontiguousarray(logits, dtype=np.float32)
         if row.ndim != 1 or row.shape[0] != self.n_vocab:
             raise ValueError(f"logits must have shape ({self.n_vocab},), got {row.shape}")
-        check(lib.geist_sampler_sample(self._ptr, ffi.from_buffer("float[]", row), self._out))
+        check(lib.geist_sampler_sample(self._require(), ffi.from_buffer("float[]", row), self._out))
         return int(self._out[0])
 
     def accept(self, token: int) -> None:
         """Records a token in the penalty history without drawing (e.g. prompt tokens)."""
-        lib.geist_sampler_accept(self._ptr, int(token))
+        lib.geist_sampler_accept(self._require(), int(token))
 
     def set_logit_bias(self, bias: Mapping[int, float]) -> None:
         """Replaces the additive logit bias; float('-inf') bans a token, {} clears it."""
         ids = ffi.new("int32_t[]", [int(k) for k in bias])
         vals = ffi.new("float[]", [float(v) for v in bias.values()])
-        check(lib.geist_sampler_set_logit_bias(self._ptr, ids, vals, len(bias)))
+        check(lib.geist_sampler_set_logit_bias(self._require(), ids, vals, len(bias)))
 
     def reset(self) -> None:
         """Clears the history and reseeds the generator with the options' seed."""
-        lib.geist_sampler_reset(self._ptr)
+        lib.geist_sampler_reset(self._require())
+
+    def _require(self) -> Any:
+        if self._ptr is None:
+            raise StateError("sampler is closed")
+        return self._ptr
 
     def close(self) -> None:
+        """Frees the native sampler now (otherwise garbage collection does)."""
         if self._ptr is not None:
-            lib.geist_sampler_free(ffi.gc(self._ptr, None))
-            self._ptr = None
+            ptr, self._ptr = self._ptr, None
+            ffi.gc(ptr, None)  # detach the collector's free
+            lib.geist_sampler_free(ptr)

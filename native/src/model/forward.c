@@ -70,10 +70,11 @@ static void pool_matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w,
     gt_pool_run(pool, (w->n_out + MM_ROWS - 1) / MM_ROWS, (size_t)w->n_in, mm_task, &j, tmp);
 }
 
-/* The layer code calls matmul(be, w, x, n, y, tmp) inside run_layers(), where `s` is the session:
- * route it to the engine's pool. (Defined after every be->matmul use above.) */
-#define matmul(be, w, x, n, y, tmp) \
-    pool_matmul(s->model->engine->pool, (be), (w), (x), (n), (y), (w)->n_out, (tmp))
+/* A product whose output rows are packed (ldy = n_out), on the engine's pool. */
+static void matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w, const float *x,
+                   int32_t n, float *y, float *tmp) {
+    pool_matmul(pool, be, w, x, n, y, w->n_out, tmp);
+}
 
 static void kv_store(void *dst, int32_t mode, const float *src, int64_t n) {
     if (mode == GEIST_KV_F32) {
@@ -188,6 +189,7 @@ static void run_layers(geist_session *s, const int32_t *ids, int32_t n, int32_t 
     const geist_model *m = s->model;
     const gt_config *c = &m->cfg;
     const gt_backend *be = m->backend;
+    gt_pool *pool = m->engine->pool;
     const int64_t d = c->d_model;
     const int64_t qd = (int64_t)c->n_head * c->head_dim_k;
     const int64_t kd = (int64_t)c->n_head_kv * c->head_dim_k;
@@ -205,9 +207,9 @@ static void run_layers(geist_session *s, const int32_t *ids, int32_t n, int32_t 
         const gt_layer *L = &m->layers[il];
         const gt_kv_layer *kv = &s->kv[il];
         for (int32_t t = 0; t < n; t++) rmsnorm(sc->xn + t * d, sc->x + t * d, L->attn_norm.data, d, c->eps);
-        matmul(be, &L->wq, sc->xn, n, sc->q, sc->tmp);
-        matmul(be, &L->wk, sc->xn, n, sc->k, sc->tmp);
-        matmul(be, &L->wv, sc->xn, n, sc->v, sc->tmp);
+        matmul(pool, be, &L->wq, sc->xn, n, sc->q, sc->tmp);
+        matmul(pool, be, &L->wk, sc->xn, n, sc->k, sc->tmp);
+        matmul(pool, be, &L->wv, sc->xn, n, sc->v, sc->tmp);
         const float *inv_freq = L->sliding ? m->inv_freq_local : m->inv_freq_global;
         const float pscale = L->sliding ? 1.0f : c->rope_scale_global;
         for (int32_t t = 0; t < n; t++) {
@@ -230,18 +232,18 @@ static void run_layers(geist_session *s, const int32_t *ids, int32_t n, int32_t 
             kv_store((uint8_t *)kv->v + (size_t)row * (size_t)vd * es, s->kv_mode, sc->v + t * vd, vd);
             attend(s, kv, qt, pos, sc->att + t * od, sc);
         }
-        matmul(be, &L->wo, sc->att, n, sc->o, sc->tmp);
+        matmul(pool, be, &L->wo, sc->att, n, sc->o, sc->tmp);
         for (int32_t t = 0; t < n; t++) {
             float *ot = sc->o + t * d, *xt = sc->x + t * d;
             if (c->post_norms) rmsnorm(ot, ot, L->post_attn_norm.data, d, c->eps);
             for (int64_t i = 0; i < d; i++) xt[i] += ot[i];
             rmsnorm(sc->xn + t * d, xt, L->ffn_norm.data, d, c->eps);
         }
-        matmul(be, &L->w_gate, sc->xn, n, sc->gate, sc->tmp);
-        matmul(be, &L->w_up, sc->xn, n, sc->up, sc->tmp);
+        matmul(pool, be, &L->w_gate, sc->xn, n, sc->gate, sc->tmp);
+        matmul(pool, be, &L->w_up, sc->xn, n, sc->up, sc->tmp);
         const int64_t total = (int64_t)n * c->n_ff;
         for (int64_t i = 0; i < total; i++) sc->gate[i] = act(c->act, sc->gate[i]) * sc->up[i];
-        matmul(be, &L->w_down, sc->gate, n, sc->o, sc->tmp);
+        matmul(pool, be, &L->w_down, sc->gate, n, sc->o, sc->tmp);
         for (int32_t t = 0; t < n; t++) {
             float *ot = sc->o + t * d, *xt = sc->x + t * d;
             if (c->post_norms) rmsnorm(ot, ot, L->post_ffn_norm.data, d, c->eps);

@@ -67,12 +67,12 @@ static uint64_t pow2_at_least(uint64_t n) {
 
 int32_t gt_tok_lookup(const gt_tokenizer *t, const uint8_t *s, size_t n) {
     uint64_t h = gt_hash_finish(gt_hash_bytes(GT_HASH_SEED, s, n));
-    uint64_t tag = h >> 32;
+    uint32_t tag = (uint32_t)(h >> 56);
     for (uint64_t i = h & t->tok_mask;; i = (i + 1) & t->tok_mask) {
-        uint64_t v = t->tok_slots[i];
+        uint32_t v = t->tok_slots[i];
         if (!v) return -1;
-        if ((v >> 32) != tag) continue;
-        uint32_t id = (uint32_t)(v & 0xFFFFFFFFu) - 1;
+        if ((v >> 24) != tag) continue;
+        uint32_t id = (v & 0xFFFFFFu) - 1;
         gt_str txt = gt_tok_text(t, id);
         if (txt.len == n && memcmp(txt.ptr, s, n) == 0) return (int32_t)id;
     }
@@ -522,32 +522,37 @@ static geist_status setup_vocab(gt_tokenizer *t, const gguf_file *f, gt_err *err
 
     /* text -> id. Empty strings are never matched (llama.cpp renames them "[EMPTY_i]"); for a
      * text listed twice the first id wins (current llama.cpp refuses such a vocabulary). */
+    /* 4-byte slots (8-bit tag, 24-bit id) at load <= 0.5 keep Gemma's 262k-token table at
+     * 2 MiB: the tokenizer must stay a small fraction of the weights it sits beside. */
+    if (t->n_vocab >= 0xFFFFFFu)
+        return gt_fail(err, GEIST_ERR_UNSUPPORTED, "vocabulary of %u tokens is too large",
+                       t->n_vocab);
     uint64_t cap = pow2_at_least((uint64_t)t->n_vocab * 2);
-    t->tok_slots = calloc(cap, sizeof(uint64_t));
+    t->tok_slots = calloc(cap, sizeof(uint32_t));
     if (!t->tok_slots) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (tokenizer)");
     t->tok_mask = cap - 1;
-    t->owned += cap * sizeof(uint64_t);
+    t->owned += cap * sizeof(uint32_t);
     for (uint32_t id = 0; id < t->n_vocab; id++) {
         gt_str s = gt_tok_text(t, id);
         if (s.len > t->max_token_len) t->max_token_len = (uint32_t)s.len;
         if (s.len == 0) continue;
         const uint8_t *p = (const uint8_t *)s.ptr;
         uint64_t h = gt_hash_finish(gt_hash_bytes(GT_HASH_SEED, p, s.len));
-        uint64_t tag = h >> 32;
+        uint32_t tag = (uint32_t)(h >> 56);
         uint64_t i = h & t->tok_mask;
         bool dup = false;
         for (;; i = (i + 1) & t->tok_mask) {
-            uint64_t v = t->tok_slots[i];
+            uint32_t v = t->tok_slots[i];
             if (!v) break;
-            if ((v >> 32) == tag) {
-                gt_str o = gt_tok_text(t, (uint32_t)(v & 0xFFFFFFFFu) - 1);
+            if ((v >> 24) == tag) {
+                gt_str o = gt_tok_text(t, (v & 0xFFFFFFu) - 1);
                 if (o.len == s.len && memcmp(o.ptr, s.ptr, s.len) == 0) {
                     dup = true;
                     break;
                 }
             }
         }
-        if (!dup) t->tok_slots[i] = (tag << 32) | (uint64_t)(id + 1);
+        if (!dup) t->tok_slots[i] = (tag << 24) | (id + 1);
     }
     return GEIST_OK;
 }

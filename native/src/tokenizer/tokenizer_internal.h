@@ -49,7 +49,7 @@ struct gt_tokenizer {
     uint32_t max_token_len;
 
     /* text -> id: open addressing; slot = (hash high 32 bits << 32) | (id + 1), 0 = empty */
-    uint64_t *tok_slots;
+    uint32_t *tok_slots; /* (8-bit hash tag << 24) | (id + 1); 0 = empty */
     uint64_t tok_mask;
 
     /* BPE merges: rank = index in tokenizer.ggml.merges ("left right" strings) */
