@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../session/kv.h"
 #include "../session/session.h"
 #include "../runtime/pool.h"
 #include "../util/util.h"
@@ -12,8 +13,8 @@
 #define GT_CHUNK 32 /* tokens per pass through the layers; bounds scratch to O(chunk * width) */
 
 typedef struct scratch {
-    float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *tmp, *scores;
-    float *row_k, *row_v; /* one dequantized KV row */
+    float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *tmp;
+    gt_attn_scratch attn;
 } scratch;
 
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
@@ -76,66 +77,6 @@ static void matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w, cons
     pool_matmul(pool, be, w, x, n, y, w->n_out, tmp);
 }
 
-static void kv_store(void *dst, int32_t mode, const float *src, int64_t n) {
-    if (mode == GEIST_KV_F32) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
-    } else {
-        uint16_t *h = dst;
-        for (int64_t i = 0; i < n; i++) h[i] = gt_f32_to_f16(src[i]);
-    }
-}
-
-static const float *kv_load(const void *src, int32_t mode, int64_t n, float *buf) {
-    if (mode == GEIST_KV_F32) return src;
-    const uint16_t *h = src;
-    for (int64_t i = 0; i < n; i++) buf[i] = gt_f16_to_f32(h[i]);
-    return buf;
-}
-
-/* Attention of one token at position pos over the layer's cache (its own K/V already stored). */
-static void attend(const geist_session *s, const gt_kv_layer *kv, const float *q, int32_t pos,
-                   float *out, scratch *sc) {
-    const gt_config *c = &s->model->cfg;
-    const int32_t hk = c->head_dim_k, hv = c->head_dim_v;
-    const int64_t kdim = (int64_t)c->n_head_kv * hk, vdim = (int64_t)c->n_head_kv * hv;
-    const size_t es = gt_kv_elem_size(s->kv_mode);
-    const int32_t first = kv->ring ? (pos - kv->rows + 1 > 0 ? pos - kv->rows + 1 : 0) : 0;
-    const int32_t n_ctx = pos - first + 1;
-    const int32_t group = c->n_head / c->n_head_kv;
-    for (int32_t h = 0; h < c->n_head; h++) {
-        const int32_t g = h / group;
-        const float *qh = q + (int64_t)h * hk;
-        float maxv = -INFINITY;
-        for (int32_t j = 0; j < n_ctx; j++) {
-            const int32_t p = first + j;
-            const int32_t row = kv->ring ? p % kv->rows : p;
-            const uint8_t *kr = (const uint8_t *)kv->k + ((size_t)row * (size_t)kdim + (size_t)g * (size_t)hk) * es;
-            const float *kf = kv_load(kr, s->kv_mode, hk, sc->row_k);
-            float dot = 0.0f;
-            for (int32_t i = 0; i < hk; i++) dot += qh[i] * kf[i];
-            dot *= c->attn_scale;
-            sc->scores[j] = dot;
-            if (dot > maxv) maxv = dot;
-        }
-        double sum = 0.0;
-        for (int32_t j = 0; j < n_ctx; j++) {
-            sc->scores[j] = expf(sc->scores[j] - maxv);
-            sum += sc->scores[j];
-        }
-        const float inv = (float)(1.0 / sum);
-        float *oh = out + (int64_t)h * hv;
-        memset(oh, 0, (size_t)hv * sizeof(float));
-        for (int32_t j = 0; j < n_ctx; j++) {
-            const int32_t p = first + j;
-            const int32_t row = kv->ring ? p % kv->rows : p;
-            const uint8_t *vr = (const uint8_t *)kv->v + ((size_t)row * (size_t)vdim + (size_t)g * (size_t)hv) * es;
-            const float *vf = kv_load(vr, s->kv_mode, hv, sc->row_v);
-            const float w = sc->scores[j] * inv;
-            for (int32_t i = 0; i < hv; i++) oh[i] += w * vf[i];
-        }
-    }
-}
-
 static void free_scratch(scratch *sc) {
     free(sc->x);
     free(sc->xn);
@@ -147,9 +88,7 @@ static void free_scratch(scratch *sc) {
     free(sc->gate);
     free(sc->up);
     free(sc->tmp);
-    free(sc->scores);
-    free(sc->row_k);
-    free(sc->row_v);
+    gt_attn_scratch_free(&sc->attn);
 }
 
 static bool alloc_scratch(scratch *sc, const gt_config *c, int32_t chunk, int32_t max_ctx) {
@@ -172,11 +111,9 @@ static bool alloc_scratch(scratch *sc, const gt_config *c, int32_t chunk, int32_
     sc->gate = malloc(n * (size_t)c->n_ff * sizeof(float));
     sc->up = malloc(n * (size_t)c->n_ff * sizeof(float));
     sc->tmp = malloc(widest * sizeof(float));
-    sc->scores = malloc((size_t)max_ctx * sizeof(float));
-    sc->row_k = malloc((size_t)c->head_dim_k * sizeof(float));
-    sc->row_v = malloc((size_t)c->head_dim_v * sizeof(float));
+    const bool attn_ok = gt_attn_scratch_init(&sc->attn, c, max_ctx);
     if (!sc->x || !sc->xn || !sc->q || !sc->k || !sc->v || !sc->att || !sc->o || !sc->gate ||
-        !sc->up || !sc->tmp || !sc->scores || !sc->row_k || !sc->row_v) {
+        !sc->up || !sc->tmp || !attn_ok) {
         free_scratch(sc);
         return false;
     }
@@ -195,7 +132,6 @@ static void run_layers(geist_session *s, const int32_t *ids, int32_t n, int32_t 
     const int64_t kd = (int64_t)c->n_head_kv * c->head_dim_k;
     const int64_t vd = (int64_t)c->n_head_kv * c->head_dim_v;
     const int64_t od = (int64_t)c->n_head * c->head_dim_v;
-    const size_t es = gt_kv_elem_size(s->kv_mode);
 
     for (int32_t t = 0; t < n; t++) {
         float *xt = sc->x + t * d;
@@ -205,7 +141,6 @@ static void run_layers(geist_session *s, const int32_t *ids, int32_t n, int32_t 
     }
     for (int32_t il = 0; il < c->n_layer; il++) {
         const gt_layer *L = &m->layers[il];
-        const gt_kv_layer *kv = &s->kv[il];
         for (int32_t t = 0; t < n; t++) rmsnorm(sc->xn + t * d, sc->x + t * d, L->attn_norm.data, d, c->eps);
         matmul(pool, be, &L->wq, sc->xn, n, sc->q, sc->tmp);
         matmul(pool, be, &L->wk, sc->xn, n, sc->k, sc->tmp);
@@ -227,10 +162,8 @@ static void run_layers(geist_session *s, const int32_t *ids, int32_t n, int32_t 
             }
             /* Store this token's K/V, then attend: in this order a ring never loses a row that
              * a later token of the same chunk still needs. */
-            const int32_t row = kv->ring ? pos % kv->rows : pos;
-            kv_store((uint8_t *)kv->k + (size_t)row * (size_t)kd * es, s->kv_mode, kt, kd);
-            kv_store((uint8_t *)kv->v + (size_t)row * (size_t)vd * es, s->kv_mode, sc->v + t * vd, vd);
-            attend(s, kv, qt, pos, sc->att + t * od, sc);
+            gt_kv_write(s, il, pos, kt, sc->v + t * vd);
+            gt_kv_attend(s, il, qt, pos, sc->att + t * od, &sc->attn);
         }
         matmul(pool, be, &L->wo, sc->att, n, sc->o, sc->tmp);
         for (int32_t t = 0; t < n; t++) {
