@@ -10,6 +10,8 @@ Loading a model takes milliseconds (the file is mapped), so none of this is mark
 
 from __future__ import annotations
 
+import json
+import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -389,3 +391,113 @@ def test_model_without_tokenizer_reports_state(tmp_path: Path) -> None:
         pytest.skip(f"fixture model not loadable: {exc}")
     with model, pytest.raises(geist.StateError, match="no tokenizer"):
         model.tokenize("hi")
+
+
+# ------------------------------------------------------------------------------------------------
+# Other pre-tokenizers and SentencePiece's space prefix, against llama.cpp
+#
+# tests/data/tokenizer_llama_cpp.json holds llama.cpp's ids for ~100 texts (random mixes of
+# scripts, digits, contractions, whitespace runs and special-token texts) with SmolLM2's
+# vocabulary under other `tokenizer.ggml.pre` values and with Gemma's vocabulary with
+# add_space_prefix (and add_eos) set. Each case runs on a tiny random-weight model that carries
+# the real model's tokenizer metadata with those changes.
+
+DATA = Path(__file__).resolve().parent / "data" / "tokenizer_llama_cpp.json"
+GGUF_ALIGN = 32
+
+
+def _gguf_str(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def _kv(key: str, value: Any) -> bytes:
+    if isinstance(value, bool):
+        return _gguf_str(key) + struct.pack("<I?", 7, value)
+    if isinstance(value, int):
+        return _gguf_str(key) + struct.pack("<II", 4, value)
+    if isinstance(value, float):
+        return _gguf_str(key) + struct.pack("<If", 6, value)
+    return _gguf_str(key) + struct.pack("<I", 8) + _gguf_str(value)
+
+
+def _raw_kvs(path: Path) -> dict[str, bytes]:
+    """Each metadata entry of a GGUF as its raw bytes (key, type, value), in file order."""
+    gguf = pytest.importorskip("gguf")
+    r = gguf.GGUFReader(str(path))
+    fields = [f for f in r.fields.values() if not f.name.startswith("GGUF.")]
+    ends = [f.offset for f in fields[1:]] + [r.tensors[0].field.offset]
+    return {f.name: bytes(r.data[f.offset : end]) for f, end in zip(fields, ends, strict=True)}
+
+
+def tiny_model_with_vocab(src: Path, dst: Path, changes: dict[str, Any], arch: str) -> Path:
+    """A 1-layer random model whose tokenizer metadata is src's, with `changes` applied."""
+    import numpy as np
+
+    raw = _raw_kvs(src)
+    n_vocab = struct.unpack_from("<Q", raw["tokenizer.ggml.tokens"], 8 + len(
+        "tokenizer.ggml.tokens") + 8)[0]
+    d = 32
+    kvs = [_kv("general.architecture", arch)]
+    hp = {"context_length": 64, "embedding_length": d, "block_count": 1,
+          "feed_forward_length": d, "attention.head_count": 1, "attention.head_count_kv": 1,
+          "attention.layer_norm_rms_epsilon": 1e-5, "rope.freq_base": 10000.0}
+    if arch == "gemma3":
+        hp.update({"attention.key_length": d, "attention.value_length": d,
+                   "attention.sliding_window": 8})
+    kvs += [_kv(f"{arch}.{k}", v) for k, v in hp.items()]
+    kvs += [blob for key, blob in raw.items() if key.startswith("tokenizer.") and key not in changes]
+    kvs += [_kv(k, v) for k, v in changes.items()]
+
+    rng = np.random.default_rng(0)
+    tensors: list[tuple[str, Any]] = [
+        ("token_embd.weight", rng.standard_normal((n_vocab, d), dtype=np.float32)),
+        ("output_norm.weight", np.ones(d, np.float32)),
+    ]
+    norms = ["attn_norm", "ffn_norm"]
+    if arch == "gemma3":
+        norms += ["post_attention_norm", "post_ffw_norm", "attn_q_norm", "attn_k_norm"]
+    tensors += [(f"blk.0.{n}.weight", np.ones(d, np.float32)) for n in norms]
+    tensors += [(f"blk.0.{n}.weight", rng.standard_normal((d, d), dtype=np.float32))
+                for n in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
+                          "ffn_down")]
+    infos, offset = [], 0
+    for name, arr in tensors:
+        shape = arr.shape[::-1]  # GGUF lists ne[0] (the row length) first
+        infos.append(_gguf_str(name) + struct.pack(f"<I{len(shape)}QIQ", len(shape), *shape, 0,
+                                                   offset))
+        offset += -(-arr.nbytes // GGUF_ALIGN) * GGUF_ALIGN
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
+    head += b"".join(infos)
+    head += b"\0" * (-len(head) % GGUF_ALIGN)
+    with open(dst, "wb") as f:
+        f.write(head)
+        for _, arr in tensors:
+            f.write(arr.tobytes())
+            f.write(b"\0" * (-arr.nbytes % GGUF_ALIGN))
+    return dst
+
+
+def llama_cpp_cases() -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = json.loads(DATA.read_text(encoding="utf-8"))["cases"]
+    return cases
+
+
+@pytest.mark.parametrize("case", llama_cpp_cases(), ids=lambda c: str(c["name"]))
+def test_pre_tokenizers_equal_llama_cpp(case: dict[str, Any], tmp_path: Path) -> None:
+    from geist import models
+
+    data = json.loads(DATA.read_text(encoding="utf-8"))
+    src = models.smollm2_path() if case["model"] == "smollm2" else models.gemma3_path()
+    arch = "llama" if case["model"] == "smollm2" else "gemma3"
+    path = tiny_model_with_vocab(src, tmp_path / "vocab.gguf", case["metadata"], arch)
+    with geist.Model.load(path) as model:
+        exact = 0
+        for k, text in enumerate(data["texts"]):
+            plain = model.tokenize(text, add_special=False)
+            special = model.tokenize(text, add_special=True, parse_special=True)
+            exact += plain == case["ids"][k] and special == case["ids_add_parse_special"][k]
+            if "detokenized" in case:  # the leading-space rule of add_space_prefix
+                assert model.detokenize(plain) == case["detokenized"][k]
+    print(f"{case['name']}: {exact}/{len(data['texts'])} texts exact (both flag sets)")
+    assert exact == len(data["texts"])

@@ -353,6 +353,90 @@ GEIST_API void geist_sampler_accept(geist_sampler *s, int32_t id);
 GEIST_API void geist_sampler_reset(geist_sampler *s);
 
 /* ---------------------------------------------------------------------------------------------- */
+/* Runtime: asynchronous generation for games. The engine runs requests on its worker pool,     */
+/* batching the decode steps of all active sessions; the game drains events on its own thread.  */
+
+typedef struct geist_request {
+    uint32_t struct_size;
+    /* The prompt: exactly one of text, ids or messages. Text and messages are tokenized with the
+     * model's tokenizer (BOS added only when the session is empty); messages get the model's
+     * chat template with the generation prompt. */
+    const char *text; /* UTF-8, NUL-terminated; player text is never parsed for control tokens */
+    const int32_t *ids;
+    size_t n_ids;
+    const geist_chat_message *messages;
+    size_t n_messages;
+    geist_sampler_options sampler; /* temperature 0 = greedy */
+    int32_t max_tokens;            /* default 128 */
+    const char *const *stop;       /* stop strings (not included in the output), n_stop of them */
+    size_t n_stop;
+    int32_t priority;   /* higher runs first (on-screen NPCs); default 0 */
+    uint64_t user_data; /* echoed in every event of the request */
+} geist_request;
+
+GEIST_API void geist_request_default(geist_request *r);
+
+/* Queues a request on a session. All inputs are copied; nothing runs on the caller's thread.
+ * A session has at most one active request: GEIST_ERR_STATE if one is queued or running.
+ * Errors found later (a prompt over the cap, ...) arrive as a FAILED event. */
+GEIST_API geist_status geist_submit(geist_engine *engine, geist_session *session,
+                                    const geist_request *request, uint64_t *request_id);
+
+/* Cancels a request (queued or running); it ends within one step with a FINISHED event whose
+ * finish reason is GEIST_FINISH_CANCELLED. Unknown or ended ids: GEIST_ERR_INVALID_ARGUMENT. */
+GEIST_API geist_status geist_cancel(geist_engine *engine, uint64_t request_id);
+
+typedef enum geist_event_type {
+    GEIST_EVENT_TOKEN = 1,    /* a token was generated; text = its piece (complete UTF-8, may be
+                               * empty while a character is incomplete) */
+    GEIST_EVENT_FINISHED = 2, /* the request ended; text = the whole reply */
+    GEIST_EVENT_FAILED = 3    /* the request failed; status + text = the message */
+} geist_event_type;
+
+typedef enum geist_finish_reason {
+    GEIST_FINISH_STOP = 0,     /* an end token or a stop string */
+    GEIST_FINISH_LENGTH = 1,   /* max_tokens reached */
+    GEIST_FINISH_CAPACITY = 2, /* the session's max_seq_len reached */
+    GEIST_FINISH_CANCELLED = 3 /* geist_cancel, or the session was freed */
+} geist_finish_reason;
+
+typedef struct geist_event {
+    int32_t type; /* geist_event_type */
+    uint64_t request_id;
+    uint64_t user_data;
+    geist_session *session;
+    int32_t token;         /* TOKEN: the id */
+    int32_t finish_reason; /* FINISHED: a geist_finish_reason */
+    int32_t status;        /* FAILED: a geist_status */
+    int32_t n_tokens;      /* FINISHED: tokens generated */
+    const char *text;      /* see geist_event_type; owned by the engine, valid until the next
+                            * geist_poll() on this engine */
+    size_t text_len;
+} geist_event;
+
+/* Moves up to max_events queued events into `events` (oldest first) and returns how many. Waits
+ * at most timeout_ms for the first one (0 = never waits). Call it from one thread (the game's
+ * main thread). Every request ends with exactly one FINISHED or FAILED event. */
+GEIST_API size_t geist_poll(geist_engine *engine, geist_event *events, size_t max_events,
+                            int32_t timeout_ms);
+
+/* Scheduling knobs. */
+typedef struct geist_runtime_options {
+    uint32_t struct_size;
+    /* Worker time budget: at most budget_ms of compute per period_ms (e.g. 4 of 16: a quarter
+     * of one frame). 0 = no budget. */
+    float budget_ms;
+    float period_ms;
+    /* Prompt tokens one step may take from a pending prefill, so a long new prompt does not
+     * stall the replies of other sessions. Default 64. */
+    int32_t prefill_chunk;
+} geist_runtime_options;
+
+GEIST_API void geist_runtime_options_default(geist_runtime_options *o);
+GEIST_API geist_status geist_runtime_configure(geist_engine *engine,
+                                               const geist_runtime_options *o);
+
+/* ---------------------------------------------------------------------------------------------- */
 /* Tensor type utilities (used by tests and tools).                                               */
 
 /* Dequantizes n values of GGML tensor type `type` (n a multiple of the type's block size) from
