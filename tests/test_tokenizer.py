@@ -10,6 +10,7 @@ Loading a model takes milliseconds (the file is mapped), so none of this is mark
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import threading
@@ -28,8 +29,6 @@ from geist.generate import StreamDetokenizer
 
 MODELS = ["smollm2", "gemma3"]
 
-ADD_SPECIAL = 1
-PARSE_SPECIAL = 2
 RENDER_SPECIAL = 1
 BUFFER_TOO_SMALL = 8
 INVALID_ARGUMENT = 1
@@ -280,7 +279,7 @@ def test_invalid_utf8_keeps_its_bytes(named_model: tuple[str, geist.Model]) -> N
     _, model = named_model
     # (bytes SmolLM2's vocabulary has a symbol for; see representable())
     data = b"ok \x80 caf\xc3 \xe2\x82 \xed\xa0\x80 \xf0\x9f end\xc3\xa9"
-    ids = raw_tokenize(model, data, 0)
+    ids = raw_tokenize(model, data, 0)  # neither BOS nor special parsing
     assert raw_detokenize(model, ids) == data
 
 
@@ -421,22 +420,42 @@ def _kv(key: str, value: Any) -> bytes:
     return _gguf_str(key) + struct.pack("<I", 8) + _gguf_str(value)
 
 
-def _raw_kvs(path: Path) -> dict[str, bytes]:
-    """Each metadata entry of a GGUF as its raw bytes (key, type, value), in file order."""
-    gguf = pytest.importorskip("gguf")
-    r = gguf.GGUFReader(str(path))
-    fields = [f for f in r.fields.values() if not f.name.startswith("GGUF.")]
-    ends = [f.offset for f in fields[1:]] + [r.tensors[0].field.offset]
-    return {f.name: bytes(r.data[f.offset : end]) for f, end in zip(fields, ends, strict=True)}
+_SCALAR_SIZE = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+@functools.lru_cache(maxsize=2)
+def _raw_kvs(path: Path) -> tuple[dict[str, bytes], int]:
+    """Each metadata entry of a GGUF as its raw bytes (key, type, value), and the token count."""
+    data = path.read_bytes()
+    n_kv = struct.unpack_from("<Q", data, 16)[0]
+    pos, out, n_tokens = 24, {}, 0
+    for _ in range(n_kv):
+        start = pos
+        klen = struct.unpack_from("<Q", data, pos)[0]
+        key = data[pos + 8 : pos + 8 + klen].decode()
+        pos += 8 + klen
+        vtype = struct.unpack_from("<I", data, pos)[0]
+        pos += 4
+        count, etype = 1, vtype
+        if vtype == 9:  # array: element type, count, elements
+            etype, count = struct.unpack_from("<IQ", data, pos)
+            pos += 12
+        if etype == 8:
+            for _ in range(count):
+                pos += 8 + struct.unpack_from("<Q", data, pos)[0]
+        else:
+            pos += _SCALAR_SIZE[etype] * count
+        out[key] = data[start:pos]
+        if key == "tokenizer.ggml.tokens":
+            n_tokens = count
+    return out, n_tokens
 
 
 def tiny_model_with_vocab(src: Path, dst: Path, changes: dict[str, Any], arch: str) -> Path:
     """A 1-layer random model whose tokenizer metadata is src's, with `changes` applied."""
     import numpy as np
 
-    raw = _raw_kvs(src)
-    n_vocab = struct.unpack_from("<Q", raw["tokenizer.ggml.tokens"], 8 + len(
-        "tokenizer.ggml.tokens") + 8)[0]
+    raw, n_vocab = _raw_kvs(src)
     d = 32
     kvs = [_kv("general.architecture", arch)]
     hp = {"context_length": 64, "embedding_length": d, "block_count": 1,
@@ -446,7 +465,7 @@ def tiny_model_with_vocab(src: Path, dst: Path, changes: dict[str, Any], arch: s
         hp.update({"attention.key_length": d, "attention.value_length": d,
                    "attention.sliding_window": 8})
     kvs += [_kv(f"{arch}.{k}", v) for k, v in hp.items()]
-    kvs += [blob for key, blob in raw.items() if key.startswith("tokenizer.") and key not in changes]
+    kvs += [b for key, b in raw.items() if key.startswith("tokenizer.") and key not in changes]
     kvs += [_kv(k, v) for k, v in changes.items()]
 
     rng = np.random.default_rng(0)
@@ -501,3 +520,17 @@ def test_pre_tokenizers_equal_llama_cpp(case: dict[str, Any], tmp_path: Path) ->
                 assert model.detokenize(plain) == case["detokenized"][k]
     print(f"{case['name']}: {exact}/{len(data['texts'])} texts exact (both flag sets)")
     assert exact == len(data["texts"])
+
+
+@pytest.mark.parametrize(("changes", "error", "match"), [
+    ({"tokenizer.ggml.pre": "no-such-pre"}, geist.UnsupportedError, "pre-tokenizer"),
+    ({"tokenizer.ggml.model": "bert"}, geist.UnsupportedError, "tokenizer model"),
+    ({"tokenizer.ggml.merges": "not an array"}, geist.BadFormatError, "merges"),
+])
+def test_unusable_tokenizer_metadata_is_refused(changes: dict[str, Any], error: type,
+                                                match: str, tmp_path: Path) -> None:
+    from geist import models
+
+    path = tiny_model_with_vocab(models.smollm2_path(), tmp_path / "bad.gguf", changes, "llama")
+    with pytest.raises(error, match=match):
+        geist.Model.load(path)

@@ -209,6 +209,16 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(ns: argparse.Namespace) -> int:
+    from geist.plan import format_plan, make_plan
+
+    budget = int(ns.budget_gib * 2**30) if ns.budget_gib else None
+    p = make_plan(_resolve_model(ns.model), ns.npcs, ns.max_seq_len, ns.kv_mode,
+                  prefix_tokens=ns.prefix_tokens, budget_bytes=budget)
+    print(json.dumps(p, indent=2) if ns.json else format_plan(p))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="geist", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -239,6 +249,16 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("model", nargs="?", default=None)
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_inspect)
+
+    pl = sub.add_parser("plan", help="what N NPC sessions cost, from metadata only")
+    pl.add_argument("model", nargs="?", default=None)
+    pl.add_argument("--npcs", type=int, default=32)
+    pl.add_argument("--max-seq-len", type=int, default=256)
+    pl.add_argument("--kv-mode", default="f16", choices=["f32", "f16", "int8", "int4", "kivi2"])
+    pl.add_argument("--prefix-tokens", type=int, default=0, help="a shared persona prefix")
+    pl.add_argument("--budget-gib", type=float, default=0.0, help="say how many NPCs fit")
+    pl.add_argument("--json", action="store_true")
+    pl.set_defaults(func=cmd_plan)
 
     b = sub.add_parser("bench", help="load time, prefill and decode speed (median of runs)")
     b.add_argument("models", nargs="*", metavar="MODEL")

@@ -16,7 +16,8 @@ from geist.errors import CapacityError, GeistError, StateError
 from geist.generate import GenerationResult, Piece, SamplerOptions
 from geist.generate import generate as _generate
 
-KV_MODES: dict[str, int] = {"f32": 0, "f16": 1}
+KV_MODES: dict[str, int] = {"f32": 0, "f16": 1, "int8": 2, "int4": 3, "kivi2": 4}
+_KV_NAMES = {v: k for k, v in KV_MODES.items()}
 
 _MEMORY_FIELDS = (
     "weights_aliased",
@@ -28,12 +29,13 @@ _MEMORY_FIELDS = (
     "scratch",
     "other",
     "mapped_file",
+    "shared_prefix",
 )
 
 
 def _report_to_dict(rep: Any) -> dict[str, int]:
     out = {name: int(getattr(rep, name)) for name in _MEMORY_FIELDS}
-    not_owned = ("weights_aliased", "mapped_file")
+    not_owned = ("weights_aliased", "mapped_file", "shared_prefix")
     out["total_owned"] = sum(v for k, v in out.items() if k not in not_owned)
     return out
 
@@ -74,6 +76,27 @@ class Engine:
     def backend(self) -> str:
         return str(ffi.string(lib.geist_engine_backend_name(self._ptr)).decode())
 
+    def memory(self) -> dict[str, int]:
+        """Sum of model.memory() over this engine's open models, their sessions and their
+        shared prefixes (each prefix counted once, under `shared_prefix`)."""
+        total: dict[str, int] = {}
+        for m in list(self._models):
+            if m._ptr is None:
+                continue
+            parts = [m.memory()] + [p.memory() for p in list(m._prefixes) if p._ptr is not None]
+            for s in list(m._sessions):
+                if s._ptr is not None:
+                    own = s.memory()
+                    own["shared_prefix"] = 0  # the prefix itself is counted once above
+                    parts.append(own)
+            for part in parts:
+                for k, v in part.items():
+                    if k != "total_owned":
+                        total[k] = total.get(k, 0) + v
+        not_owned = ("weights_aliased", "mapped_file")
+        total["total_owned"] = sum(v for k, v in total.items() if k not in not_owned)
+        return total
+
     def close(self) -> None:
         if self._ptr is not None:
             for m in list(self._models):
@@ -110,6 +133,7 @@ class Model:
         self._engine = engine
         self._keepalive = keepalive  # the caller's buffer and its cffi view: bytes must outlive us
         self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+        self._prefixes: weakref.WeakSet[Prefix] = weakref.WeakSet()
         self.path = path
         engine._models.add(self)
         self._info: dict[str, Any] | None = None
@@ -240,7 +264,10 @@ class Model:
 
     # -- sessions ----------------------------------------------------------------------------------
 
-    def session(self, max_seq_len: int = 512, kv_mode: str = "f16", seed: int = 0) -> Session:
+    def session(self, max_seq_len: int = 512, kv_mode: str = "f16", seed: int = 0,
+                prefix: Prefix | None = None) -> Session:
+        """A new session. With `prefix`, it starts holding the shared prefix's tokens (read in
+        place, never copied); max_seq_len counts them too."""
         if kv_mode not in KV_MODES:
             raise GeistError(f"unknown kv_mode {kv_mode!r}; choose from {sorted(KV_MODES)}", 1)
         opts = ffi.new("geist_session_options *")
@@ -249,22 +276,88 @@ class Model:
         opts.kv_mode = KV_MODES[kv_mode]
         opts.seed = seed
         out = ffi.new("geist_session **")
-        check(lib.geist_session_create(self._require(), opts, out))
-        s = Session(out[0], self, kv_mode)
+        if prefix is None:
+            check(lib.geist_session_create(self._require(), opts, out))
+        else:
+            check(lib.geist_session_create_with_prefix(self._require(), prefix._require(), opts,
+                                                       out))
+        return self._adopt(out[0], kv_mode, seed, prefix)
+
+    def _adopt(self, ptr: Any, kv_mode: str, seed: int, prefix: Prefix | None) -> Session:
+        s = Session(ptr, self, kv_mode)
         s.seed = seed
+        s._prefix = prefix
+        s._sync_history()
         self._sessions.add(s)
         return s
 
+    def prefix(self, ids: Sequence[int] | np.ndarray, kv_mode: str = "f16") -> Prefix:
+        """Computes a persona / world prefix once; sessions made with `session(prefix=...)`
+        share its KV read-only."""
+        if kv_mode not in KV_MODES:
+            raise GeistError(f"unknown kv_mode {kv_mode!r}; choose from {sorted(KV_MODES)}", 1)
+        arr = Session._ids(ids)
+        out = ffi.new("geist_prefix **")
+        check(lib.geist_prefix_create(self._require(), ffi.from_buffer("int32_t[]", arr),
+                                      arr.size, KV_MODES[kv_mode], out))
+        p = Prefix(out[0], self, arr.tolist(), kv_mode)
+        self._prefixes.add(p)
+        return p
+
     def close(self) -> None:
-        """Frees the model (and closes its sessions first)."""
+        """Frees the model (and closes its sessions and prefixes first)."""
         if self._ptr is not None:
             for s in list(self._sessions):
                 s.close()
+            for p in list(self._prefixes):
+                p.close()
             lib.geist_model_free(self._ptr)
             self._ptr = None
             self._keepalive = None
 
     def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Prefix:
+    """A shared, read-only prefix (persona, world lore): its KV is computed once and read in place
+    by every session created on it. Freed when closed and its last session is closed."""
+
+    def __init__(self, ptr: Any, model: Model, ids: list[int], kv_mode: str) -> None:
+        self._ptr: Any = ptr
+        self.model = model
+        self.ids = ids
+        self.kv_mode = kv_mode
+
+    def _require(self) -> Any:
+        if self._ptr is None:
+            raise StateError("prefix is closed")
+        return self._ptr
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def memory(self) -> dict[str, int]:
+        """Its resident bytes: the KV under `shared_prefix` (once, however many sessions)."""
+        rep = ffi.new("geist_memory_report *")
+        check(lib.geist_prefix_memory(self._require(), rep))
+        return _report_to_dict(rep)
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            lib.geist_prefix_free(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> Prefix:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -288,7 +381,16 @@ class Session:
         self.seed = 0
         self.history: list[int] = []  # every token the session holds, in order
         self.last_result: GenerationResult | None = None
+        self._prefix: Prefix | None = None  # keeps the Python object alive while we use it
         self._lock = threading.Lock()
+
+    def _sync_history(self) -> None:
+        """Reads the token ids the native session holds into `history`."""
+        n = ffi.new("size_t *")
+        cap = max(self.n_past, 1)
+        ids = ffi.new("int32_t[]", cap)
+        check(lib.geist_session_tokens(self._require(), ids, cap, n))
+        self.history = list(ids[0 : n[0]])
 
     def _require(self) -> Any:
         if self._ptr is None:
@@ -350,9 +452,42 @@ class Session:
         return res
 
     def reset(self) -> None:
+        """Forgets every token (a shared prefix's stay)."""
         with self._lock:
             lib.geist_session_reset(self._require())
-            self.history = []
+            self._sync_history()
+
+    def truncate(self, n: int) -> None:
+        """Rewinds to the first n tokens (drops the logits: decode or prefill next)."""
+        with self._lock:
+            check(lib.geist_session_truncate(self._require(), int(n)))
+            self._sync_history()
+
+    def snapshot(self) -> bytes:
+        """A self-describing image of the state (used rows only; see geist_session_snapshot)."""
+        needed = ffi.new("size_t *")
+        with self._lock:
+            st = lib.geist_session_snapshot(self._require(), ffi.NULL, 0, needed)
+            if st not in (0, 8):
+                check(st)
+            buf = bytearray(int(needed[0]))
+            check(lib.geist_session_snapshot(self._require(), ffi.from_buffer(buf), len(buf),
+                                             needed))
+        return bytes(buf)
+
+    def restore(self, image: bytes | bytearray | memoryview) -> None:
+        """Replaces the state with a snapshot's; on any error the session is unchanged."""
+        view = ffi.from_buffer(image, require_writable=False)
+        with self._lock:
+            check(lib.geist_session_restore(self._require(), view, len(view)))
+            self._sync_history()
+
+    def fork(self) -> Session:
+        """A new session with the same state (deep copy of the KV; shares the prefix)."""
+        out = ffi.new("geist_session **")
+        with self._lock:
+            check(lib.geist_session_fork(self._require(), out))
+        return self.model._adopt(out[0], self.kv_mode, self.seed, self._prefix)
 
     def memory(self) -> dict[str, int]:
         rep = ffi.new("geist_memory_report *")

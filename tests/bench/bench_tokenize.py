@@ -1,6 +1,6 @@
 """Tokenizer throughput on the two real models: MB/s for about 1 MB of mixed text.
 
-Run: .venv/bin/python tests/bench/bench_tokenize.py [--mb 1] [--repeat 3]
+Run: .venv/bin/python tests/bench/bench_tokenize.py [--mb 1] [--repeat 3] [--lib PATH]
 
 The text is the reference corpus (prose, contractions, numbers, accents, CJK, emoji, code, html,
 URLs, whitespace runs) repeated to the size asked; the figure is the best of --repeat runs of
@@ -70,8 +70,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--mb", type=float, default=1.0, help="text size in MB (default 1)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure (best is kept)")
+    ap.add_argument("--lib", default=None, help="libgeist.so to use (default: the installed one)")
     args = ap.parse_args()
-    load_library()
+    load_library(args.lib)
     text = mixed_text(int(args.mb * 1_000_000))
     print(f"text: {len(text.encode())} bytes of mixed text")
     for name in models.MODEL_NAMES:

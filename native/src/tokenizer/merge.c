@@ -30,7 +30,11 @@ static inline bool spm_before(const pair *a, const pair *b) {
 
 typedef bool (*before_fn)(const pair *, const pair *);
 
-static void heap_push(pair *h, size_t *n, pair v, before_fn before) {
+/* The heap lives in w->heap and grows on demand (stale pairs stay queued until popped, so its
+ * size is not known up front; at most n - 1 plus two per merge). */
+static bool heap_push(gt_buf *buf, size_t *n, pair v, before_fn before) {
+    if (!gt_buf_reserve(buf, (*n + 1) * sizeof(pair))) return false;
+    pair *h = buf->p;
     size_t i = (*n)++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -39,6 +43,7 @@ static void heap_push(pair *h, size_t *n, pair v, before_fn before) {
         i = p;
     }
     h[i] = v;
+    return true;
 }
 
 static pair heap_pop(pair *h, size_t *n, before_fn before) {
@@ -77,18 +82,16 @@ static size_t split_symbols(const uint8_t *w, size_t len, sym *s) {
 }
 
 static bool reserve_symbols(gt_work *w, size_t len) {
-    /* symbols: one per byte at most; pairs: n - 1 initial plus two per merge */
-    return gt_buf_reserve(&w->sym, (len + 1) * sizeof(sym)) &&
-           gt_buf_reserve(&w->heap, (3 * len + 4) * sizeof(pair));
+    return gt_buf_reserve(&w->sym, (len + 1) * sizeof(sym)); /* one per byte at most */
 }
 
-static void bpe_try_pair(const gt_tokenizer *t, const uint8_t *w, const sym *s, int32_t l,
-                         int32_t r, pair *heap, size_t *nh) {
-    if (l < 0 || r < 0) return;
+static bool bpe_try_pair(const gt_tokenizer *t, const uint8_t *w, const sym *s, int32_t l,
+                         int32_t r, gt_buf *heap, size_t *nh) {
+    if (l < 0 || r < 0) return true;
     int32_t rank = gt_merge_rank(t, w + s[l].start, s[l].len, w + s[r].start, s[r].len);
-    if (rank < 0) return;
+    if (rank < 0) return true;
     pair p = {0.0f, rank, l, r, s[l].len + s[r].len};
-    heap_push(heap, nh, p, bpe_before);
+    return heap_push(heap, nh, p, bpe_before);
 }
 
 bool gt_bpe_encode_word(const gt_tokenizer *t, const uint8_t *word, size_t len, gt_work *w,
@@ -100,20 +103,22 @@ bool gt_bpe_encode_word(const gt_tokenizer *t, const uint8_t *word, size_t len, 
     }
     if (!reserve_symbols(w, len)) return false;
     sym *s = w->sym.p;
-    pair *heap = w->heap.p;
     size_t n = split_symbols(word, len, s), nh = 0;
-    for (size_t i = 1; i < n; i++) bpe_try_pair(t, word, s, (int32_t)i - 1, (int32_t)i, heap, &nh);
-    while (nh > 0) {
-        pair p = heap_pop(heap, &nh, bpe_before);
+    bool ok = true;
+    for (size_t i = 1; ok && i < n; i++)
+        ok = bpe_try_pair(t, word, s, (int32_t)i - 1, (int32_t)i, &w->heap, &nh);
+    while (ok && nh > 0) {
+        pair p = heap_pop(w->heap.p, &nh, bpe_before);
         sym *l = &s[p.left], *r = &s[p.right];
         if (l->len == 0 || r->len == 0 || l->len + r->len != p.size) continue; /* stale */
         l->len += r->len;
         r->len = 0;
         l->next = r->next;
         if (r->next >= 0) s[r->next].prev = p.left;
-        bpe_try_pair(t, word, s, l->prev, p.left, heap, &nh);
-        bpe_try_pair(t, word, s, p.left, l->next, heap, &nh);
+        ok = bpe_try_pair(t, word, s, l->prev, p.left, &w->heap, &nh) &&
+             bpe_try_pair(t, word, s, p.left, l->next, &w->heap, &nh);
     }
+    if (!ok) return false;
     for (int32_t i = 0; i != -1; i = s[i].next) {
         if (s[i].len == 0) continue;
         int32_t id = gt_tok_lookup(t, word + s[i].start, s[i].len);
@@ -130,14 +135,14 @@ bool gt_bpe_encode_word(const gt_tokenizer *t, const uint8_t *word, size_t len, 
     return true;
 }
 
-static void spm_try_pair(const gt_tokenizer *t, const uint8_t *w, const sym *s, int32_t l,
-                         int32_t r, pair *heap, size_t *nh) {
-    if (l < 0 || r < 0) return;
+static bool spm_try_pair(const gt_tokenizer *t, const uint8_t *w, const sym *s, int32_t l,
+                         int32_t r, gt_buf *heap, size_t *nh) {
+    if (l < 0 || r < 0) return true;
     uint32_t size = s[l].len + s[r].len; /* the two are adjacent: one contiguous text */
     int32_t id = gt_tok_lookup(t, w + s[l].start, size);
-    if (id < 0) return;
+    if (id < 0) return true;
     pair p = {gt_tok_score(t, (uint32_t)id), 0, l, r, size};
-    heap_push(heap, nh, p, spm_before);
+    return heap_push(heap, nh, p, spm_before);
 }
 
 bool gt_spm_encode_fragment(const gt_tokenizer *t, const uint8_t *text, size_t len,
@@ -164,20 +169,22 @@ bool gt_spm_encode_fragment(const gt_tokenizer *t, const uint8_t *text, size_t l
     if (!reserve_symbols(w, n_e)) return false;
     e = w->text.p;
     sym *s = w->sym.p;
-    pair *heap = w->heap.p;
     size_t n = split_symbols(e, n_e, s), nh = 0;
-    for (size_t i = 1; i < n; i++) spm_try_pair(t, e, s, (int32_t)i - 1, (int32_t)i, heap, &nh);
-    while (nh > 0) {
-        pair p = heap_pop(heap, &nh, spm_before);
+    bool ok = true;
+    for (size_t i = 1; ok && i < n; i++)
+        ok = spm_try_pair(t, e, s, (int32_t)i - 1, (int32_t)i, &w->heap, &nh);
+    while (ok && nh > 0) {
+        pair p = heap_pop(w->heap.p, &nh, spm_before);
         sym *l = &s[p.left], *r = &s[p.right];
         if (l->len == 0 || r->len == 0 || l->len + r->len != p.size) continue;
         l->len += r->len;
         r->len = 0;
         l->next = r->next;
         if (r->next >= 0) s[r->next].prev = p.left;
-        spm_try_pair(t, e, s, l->prev, p.left, heap, &nh);
-        spm_try_pair(t, e, s, p.left, l->next, heap, &nh);
+        ok = spm_try_pair(t, e, s, l->prev, p.left, &w->heap, &nh) &&
+             spm_try_pair(t, e, s, p.left, l->next, &w->heap, &nh);
     }
+    if (!ok) return false;
     for (int32_t i = 0; i != -1; i = s[i].next) {
         if (s[i].len == 0) continue;
         int32_t id = gt_tok_lookup(t, e + s[i].start, s[i].len);

@@ -139,8 +139,7 @@ static void split_llama3(split_ctx *c, size_t fs, size_t fe, size_t max_digits) 
         if (!(f2 & (GT_U_WS | GT_U_LETTER | GT_U_NUMBER)) && f != 0) {
             size_t p = pos + space;
             while (is_other(flags_at(c, p, fe))) p++;
-            for (uint32_t c2 = ascii_at(c, p, fe); c2 == '\r' || c2 == '\n'; c2 = ascii_at(c, p, fe))
-                p++;
+            while (ascii_at(c, p, fe) == '\r' || ascii_at(c, p, fe) == '\n') p++;
             pos = p;
             add_end(c, &prev, pos);
             continue;

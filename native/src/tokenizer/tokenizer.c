@@ -198,22 +198,25 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+#define FW_BAR "\xef\xbd\x9c" /* U+FF5C, in DeepSeek's special tokens */
+#define LB "\xe2\x96\x81"     /* U+2581, SentencePiece's space */
+
 /* Special ids and end-of-generation tokens: metadata ids, then llama.cpp's detection by text. */
 static geist_status setup_special(gt_tokenizer *t, const gguf_file *f, gt_err *err) {
     static const char *const eot_names[] = {
         "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-        "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
-        "<end_of_utterance>", NULL};
+        "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
+        "<" FW_BAR "end" LB "of" LB "sentence" FW_BAR ">", "<end_of_utterance>", NULL};
     static const char *const eom_names[] = {"<|eom_id|>", NULL};
     static const char *const fim_pre_names[] = {
-        "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>",
-        "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
+        "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<" FW_BAR "fim" LB "begin" FW_BAR ">",
+        "<PRE>", LB "<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
     static const char *const fim_suf_names[] = {
-        "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>",
-        "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
+        "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<" FW_BAR "fim" LB "hole" FW_BAR ">",
+        "<SUF>", LB "<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
     static const char *const fim_mid_names[] = {
-        "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>",
-        "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL};
+        "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<" FW_BAR "fim" LB "end" FW_BAR ">",
+        "<MID>", LB "<MID>", "<|code_middle|>", "<|middle|>", NULL};
     static const char *const fim_pad_names[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
                                                 "[PAD]", NULL};
     static const char *const fim_rep_names[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
@@ -223,7 +226,7 @@ static geist_status setup_special(gt_tokenizer *t, const gguf_file *f, gt_err *e
         "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
         "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]",
         "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-        "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[", NULL};
+        "<" FW_BAR "end" LB "of" LB "sentence" FW_BAR ">", "[e~[", NULL};
     static const char *const user_defined_names[] = {"<|channel|>", "<|message|>", "<|start|>",
                                                      "<|constrain|>", NULL};
 
@@ -327,6 +330,8 @@ static geist_status setup_special(gt_tokenizer *t, const gguf_file *f, gt_err *e
     t->owned += (n_names + 8) * sizeof(int32_t);
     return GEIST_OK;
 }
+#undef FW_BAR
+#undef LB
 
 /* Order of llama.cpp's special-token cache: longer text first (ties: lower id). */
 typedef struct prio_item {
@@ -683,7 +688,9 @@ typedef struct part_item {
     uint32_t kmin; /* lowest priority rank still allowed in the range; token id for a token */
 } part_item;
 
-static inline bool bit_set(const uint8_t *bits, uint32_t i) { return (bits[i >> 3] >> (i & 7)) & 1; }
+static inline bool bit_set(const uint8_t *bits, uint32_t i) {
+    return (bits[i >> 3] >> (i & 7)) & 1;
+}
 
 /* Lowest priority rank >= kmin of an eligible special text starting at s[p] and ending <= b. */
 static uint32_t special_at(const gt_tokenizer *t, const uint8_t *s, size_t p, size_t b,
@@ -815,7 +822,8 @@ geist_status gt_tokenizer_encode(const gt_tokenizer *t, const char *text, size_t
         size_t right = it.b;
         for (size_t k = n_occ; ok && k-- > 0;) {
             size_t m = ((size_t *)occ.p)[k];
-            if (m + tl < right) ok = parts_push(&stack, &n_stack, (part_item){m + tl, right, best + 1});
+            if (m + tl < right)
+                ok = parts_push(&stack, &n_stack, (part_item){m + tl, right, best + 1});
             if (ok) ok = parts_push(&stack, &n_stack, (part_item){0, SIZE_MAX, e->id});
             right = m;
         }

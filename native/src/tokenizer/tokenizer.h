@@ -1,10 +1,24 @@
 /* Tokenizers built from GGUF metadata: byte-level BPE ("gpt2") and SentencePiece ("llama").
  *
- * Behaviour follows llama.cpp's vocabulary code (llama-vocab.cpp / unicode.cpp) so that ids match
- * it exactly: the same special-token partition, pre-tokenizer split rules per
- * `tokenizer.ggml.pre`, BPE merge order and SentencePiece bigram merging. Where geist differs it
- * is on purpose and documented at the function (invalid UTF-8 keeps its bytes; detokenization
- * never applies clean_up_tokenization_spaces).
+ * Behaviour follows llama.cpp's vocabulary code (llama-vocab.cpp / unicode.cpp, as vendored in
+ * llama-cpp-python 0.3.36, which made the reference ids): the same special-token partition, the
+ * split rules per `tokenizer.ggml.pre` (smollm, default, gpt-2/gpt2, llama3/llama-bpe, qwen2 and
+ * their aliases; others give GEIST_ERR_UNSUPPORTED), BPE merge order and SentencePiece bigram
+ * merging, and a Unicode table (unicode_tables.c, Unicode 15.1) that classifies every code point
+ * as llama.cpp's does. Deliberate differences, all outside valid-UTF-8 tokenization:
+ *  - invalid UTF-8 keeps its bytes (see gt_tokenizer_encode); llama.cpp substitutes U+FFFD (BPE)
+ *    or lets a broken sequence swallow the bytes after it (SentencePiece);
+ *  - detokenization never applies clean_up_tokenization_spaces (" ." -> "."), which llama.cpp's
+ *    llama_detokenize does for BPE vocabularies whose pre-tokenizer keeps it (default, gpt-2,
+ *    llama3, ...; not smollm, qwen2 or SentencePiece): pieces stay lossless and streaming equals
+ *    whole-sequence detokenization;
+ *  - where llama.cpp depends on hash-map or unstable-sort order (the EOT token found by its text
+ *    when the metadata has none; special tokens of equal length overlapping in the text) geist
+ *    takes list order / the lower id;
+ *  - a vocabulary with empty or duplicate strings loads (an empty string never matches; the
+ *    first id of a duplicate wins) where current llama.cpp renames or refuses them.
+ * Bytes a byte-level vocabulary has no symbol for (SmolLM2 lacks 0x04, 0x06, ...) are dropped,
+ * as in llama.cpp.
  *
  * A tokenizer is immutable after gt_tokenizer_create() and every call below is thread-safe: all
  * scratch memory belongs to the call. Token strings, merges and scores stay in the GGUF span; only
@@ -57,10 +71,12 @@ void gt_ids_free(gt_ids *ids);
 
 /* Tokenizes len bytes of text, appending to out. As llama.cpp: user-defined tokens (token_type 4,
  * e.g. Gemma's "\n\n" or "<table>") are always matched whole before the text is split; control
- * and unknown tokens only with GT_ENCODE_PARSE_SPECIAL. Invalid UTF-8: the pre-tokenizer treats
- * each bad byte as U+FFFD would be treated (llama.cpp's split), but the byte itself is kept, so it
- * becomes its byte-level BPE symbol or a <0xNN> byte-fallback token (llama.cpp would encode
- * U+FFFD instead). On failure out->n is restored. */
+ * and unknown tokens only with GT_ENCODE_PARSE_SPECIAL; BOS/EOS with GT_ENCODE_ADD_SPECIAL when
+ * add_bos_token / add_eos_token say so. SentencePiece puts U+2581 for each space, plus one in front
+ * of each text stretch that follows a special token (or starts the text) when add_space_prefix.
+ * Invalid UTF-8: the pre-tokenizer classifies each bad byte as U+FFFD (llama.cpp's split) but
+ * keeps the byte, so it becomes its byte-level BPE symbol or a <0xNN> byte-fallback token.
+ * On failure out->n is restored. */
 geist_status gt_tokenizer_encode(const gt_tokenizer *t, const char *text, size_t len,
                                  uint32_t flags, gt_ids *out, gt_err *err);
 

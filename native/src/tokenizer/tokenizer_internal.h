@@ -11,9 +11,11 @@ typedef enum gt_vocab_type { GT_VOCAB_BPE = 1, GT_VOCAB_SPM = 2 } gt_vocab_type;
 /* Pre-tokenizer split steps; a pre-tokenizer is a list of them applied in order, each splitting
  * the pieces the previous one produced (llama.cpp's regex list per LLAMA_VOCAB_PRE_TYPE). */
 typedef enum gt_split_step {
-    GT_SPLIT_GPT2,         /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S) */
-    GT_SPLIT_LLAMA3,       /* (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*
-                            * |\s*[\r\n]+|\s+(?!\S)|\s+ */
+    /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S) */
+    GT_SPLIT_GPT2,
+    /* (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*
+     * |\s*[\r\n]+|\s+(?!\S)|\s+ */
+    GT_SPLIT_LLAMA3,
     GT_SPLIT_QWEN2,        /* as LLAMA3 with \p{N} (single digits) */
     GT_SPLIT_EACH_NUMBER,  /* \p{N} */
     GT_SPLIT_NUMBER_RUNS,  /* \p{N}+ */
@@ -48,7 +50,7 @@ struct gt_tokenizer {
     bool scores_int;
     uint32_t max_token_len;
 
-    /* text -> id: open addressing; slot = (hash high 32 bits << 32) | (id + 1), 0 = empty */
+    /* text -> id: open addressing at load <= 0.5 */
     uint32_t *tok_slots; /* (8-bit hash tag << 24) | (id + 1); 0 = empty */
     uint64_t tok_mask;
 
