@@ -166,6 +166,10 @@ typedef struct geist_memory_report {
     uint64_t scratch;         /* session: logits row and activation buffers it holds */
     uint64_t other;           /* anything else owned (handle structs, error buffers) */
     uint64_t mapped_file;     /* size of the file mapping owned by the model (load_file), else 0 */
+    /* geist_prefix_memory: the prefix's KV (resident once, however many sessions read it).
+     * geist_session_memory: the KV bytes of the shared prefix this session reads (not owned by
+     * the session: do not add it to the session's own bytes). */
+    uint64_t shared_prefix;
 } geist_memory_report;
 
 GEIST_API geist_status geist_model_memory(const geist_model *model, geist_memory_report *out);
@@ -180,9 +184,14 @@ GEIST_API geist_status geist_model_meta(const geist_model *model, const char *ke
 
 typedef struct geist_session geist_session;
 
+/* KV cache formats (docs/MEMORY.md gives bytes per mode). Attention reads each in place. */
 typedef enum geist_kv_mode {
     GEIST_KV_F32 = 0,
-    GEIST_KV_F16 = 1
+    GEIST_KV_F16 = 1,
+    GEIST_KV_INT8 = 2, /* symmetric 8-bit, one f32 scale per token and KV head */
+    GEIST_KV_INT4 = 3, /* symmetric 4-bit, one f16 scale per token, KV head and 32 channels */
+    GEIST_KV_KIVI2 = 4 /* KIVI 2-bit: K per channel over blocks of 32 tokens, V per token (groups
+                        * of 32 channels); the newest tokens of an incomplete block stay F16 */
 } geist_kv_mode;
 
 typedef struct geist_session_options {
@@ -233,6 +242,67 @@ GEIST_API void geist_session_reset(geist_session *session);
 
 GEIST_API geist_status geist_session_memory(const geist_session *session,
                                             geist_memory_report *out);
+
+/* The session's KV mode (a geist_kv_mode). */
+GEIST_API int32_t geist_session_kv_mode(const geist_session *session);
+
+/* The token ids the session holds (n_past of them, a shared prefix's included). Buffer rules as
+ * geist_tokenize (*n = n_past; GEIST_ERR_BUFFER_TOO_SMALL if cap < n_past). */
+GEIST_API geist_status geist_session_tokens(const geist_session *session, int32_t *ids,
+                                            size_t cap, size_t *n);
+
+/* Rewinds to the first n tokens (n_prefix <= n <= n_past); n = n_past changes nothing. The
+ * logits are dropped (decode or prefill next). GEIST_ERR_UNSUPPORTED when a sliding-window ring
+ * already overwrote a position the rewound session would need (the session is unchanged).
+ * KIVI: rewinding into a quantized block turns that block's kept tokens back into the F16
+ * residual from their 2-bit values (lossy). */
+GEIST_API geist_status geist_session_truncate(geist_session *session, int32_t n);
+
+/* Writes a self-describing image of the session's state: a versioned header, the model's
+ * identity (a hash of the GGUF header, metadata and tensor table), the KV mode, the shared
+ * prefix's identity, the token ids, the KV of the positions still in use (not the cap), the
+ * pending logits and the seed, and a checksum over all of it. Buffer rules as
+ * geist_model_info_json: *needed = the image size; GEIST_ERR_BUFFER_TOO_SMALL if cap < it
+ * (buf may be NULL with cap 0 to ask for the size). */
+GEIST_API geist_status geist_session_snapshot(geist_session *session, void *buf, size_t cap,
+                                              size_t *needed);
+
+/* Replaces the session's state with an image from geist_session_snapshot(). Everything is
+ * validated before the session is touched: GEIST_ERR_BAD_FORMAT (not an image, truncated,
+ * checksum mismatch, inconsistent sizes), GEIST_ERR_INVALID_ARGUMENT (another model, another KV
+ * mode, another shared prefix), GEIST_ERR_CAPACITY (more tokens than this session's
+ * max_seq_len), GEIST_ERR_UNSUPPORTED (a newer image version). On error the session is
+ * exactly as it was. A restored session continues bit-identically to the one snapshotted. */
+GEIST_API geist_status geist_session_restore(geist_session *session, const void *image,
+                                             size_t size);
+
+/* A new session with the same model, options, shared prefix and state (a deep copy of the KV;
+ * it continues bit-identically). Errors: GEIST_ERR_OUT_OF_MEMORY. */
+GEIST_API geist_status geist_session_fork(geist_session *session, geist_session **out);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Shared prefixes: a persona or world prefix computed once, read by many sessions.              */
+
+typedef struct geist_prefix geist_prefix;
+
+/* Runs ids (n >= 1) through the model once and keeps their KV (in kv_mode) and the logits after
+ * the last one. Sessions created on it read this KV in place (never copied) and append their own
+ * tokens after it. The prefix is freed when geist_prefix_free() was called and its last session
+ * is freed (reference counted; thread-safe). The model must outlive it. */
+GEIST_API geist_status geist_prefix_create(geist_model *model, const int32_t *ids, size_t n,
+                                           int32_t kv_mode, geist_prefix **out);
+GEIST_API void geist_prefix_free(geist_prefix *prefix);
+GEIST_API int32_t geist_prefix_n_tokens(const geist_prefix *prefix);
+/* shared_prefix = the prefix's KV bytes; scratch = its logits row; other = its structs. */
+GEIST_API geist_status geist_prefix_memory(const geist_prefix *prefix, geist_memory_report *out);
+
+/* Like geist_session_create, on a shared prefix: the session starts holding the prefix's tokens
+ * (n_past = its length, its logits ready) and max_seq_len counts them too (it must exceed the
+ * prefix's length); the session's own KV holds only the positions after the prefix. The
+ * session's kv_mode applies to its own positions. */
+GEIST_API geist_status geist_session_create_with_prefix(geist_model *model, geist_prefix *prefix,
+                                                        const geist_session_options *opts,
+                                                        geist_session **out);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Text: tokenizer and detokenizer (configured from the model's GGUF metadata only).             */
@@ -308,6 +378,13 @@ GEIST_API geist_status geist_chat_apply_template(const geist_model *model, const
                                                  const geist_chat_message *messages, size_t n,
                                                  int32_t add_generation_prompt, char *buf,
                                                  size_t cap, size_t *needed);
+
+/* Strings that end an assistant turn for this model's template family (e.g. "<|im_end|>",
+ * "<end_of_turn>") plus the text of its EOS/EOT tokens when they are such markers. The strings
+ * are static. Writes up to cap pointers, sets *n to the count; GEIST_ERR_BUFFER_TOO_SMALL if
+ * cap < *n. */
+GEIST_API geist_status geist_chat_stop_strings(const geist_model *model, const char **out,
+                                               size_t cap, size_t *n);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Sampler chain: penalties -> logit bias / mask -> temperature -> top-k -> top-p -> min-p ->     */
@@ -420,16 +497,27 @@ typedef struct geist_event {
 GEIST_API size_t geist_poll(geist_engine *engine, geist_event *events, size_t max_events,
                             int32_t timeout_ms);
 
-/* Scheduling knobs. */
+/* Optional event callback (geist_runtime_options.on_event): called on the runtime's thread
+ * instead of queueing for geist_poll(); ev->text is valid during the call only. It must return
+ * quickly and must not free sessions or the engine. */
+typedef void (*geist_event_callback)(void *user, const geist_event *ev);
+
+/* Scheduling knobs. Each step runs the pending tokens of the active sessions of one model
+ * together: higher priority first; among equal priorities the least recently served first (fair
+ * progress for background NPCs). */
 typedef struct geist_runtime_options {
     uint32_t struct_size;
     /* Worker time budget: at most budget_ms of compute per period_ms (e.g. 4 of 16: a quarter
-     * of one frame). 0 = no budget. */
+     * of one frame), averaged over periods (a step is never split). 0 = no budget. */
     float budget_ms;
-    float period_ms;
-    /* Prompt tokens one step may take from a pending prefill, so a long new prompt does not
+    float period_ms; /* default 16 */
+    /* Prompt tokens one step may take from pending prefills, so a long new prompt does not
      * stall the replies of other sessions. Default 64. */
     int32_t prefill_chunk;
+    /* Most rows (decode tokens + prompt tokens) one step runs. Default 64. */
+    int32_t max_batch;
+    geist_event_callback on_event; /* NULL (default): events queue for geist_poll() */
+    void *on_event_user;
 } geist_runtime_options;
 
 GEIST_API void geist_runtime_options_default(geist_runtime_options *o);

@@ -161,3 +161,8 @@ geist_status gt_chat_stop_strings(const geist_model *model, const char **out, si
     for (size_t i = 0; i < count; i++) out[i] = found[i];
     return GEIST_OK;
 }
+
+geist_status geist_chat_stop_strings(const geist_model *model, const char **out, size_t cap,
+                                     size_t *n) {
+    return gt_chat_stop_strings(model, out, cap, n);
+}
