@@ -96,12 +96,12 @@ int32_t gt_merge_rank(const gt_tokenizer *t, const uint8_t *l, size_t ln, const 
     uint64_t h = gt_hash_bytes(GT_HASH_SEED, l, ln);
     h = gt_hash_bytes(h, &space, 1);
     h = gt_hash_finish(gt_hash_bytes(h, r, rn));
-    uint64_t tag = h >> 32;
+    uint32_t tag = (uint32_t)(h >> 56);
     for (uint64_t i = h & t->merge_mask;; i = (i + 1) & t->merge_mask) {
-        uint64_t v = t->merge_slots[i];
+        uint32_t v = t->merge_slots[i];
         if (!v) return -1;
-        if ((v >> 32) != tag) continue;
-        uint32_t rank = (uint32_t)(v & 0xFFFFFFFFu) - 1;
+        if ((v >> 24) != tag) continue;
+        uint32_t rank = (v & 0xFFFFFFu) - 1;
         gt_str m = merge_text(t, rank);
         if (m.len != ln + 1 + rn) continue;
         const uint8_t *mp = (const uint8_t *)m.ptr;
@@ -567,8 +567,8 @@ static geist_status setup_merges(gt_tokenizer *t, const gguf_file *f, gt_err *er
     if (!mk) return gt_fail(err, GEIST_ERR_BAD_FORMAT, "tokenizer.ggml.merges is missing");
     if (mk->type != GGUF_VT_ARRAY || mk->arr_type != GGUF_VT_STRING)
         return gt_fail(err, GEIST_ERR_BAD_FORMAT, "tokenizer.ggml.merges is not a string array");
-    if (mk->arr_len > 0x7FFFFFF0u)
-        return gt_fail(err, GEIST_ERR_BAD_FORMAT, "tokenizer.ggml.merges: too many entries");
+    if (mk->arr_len >= 0xFFFFFFu) /* ranks live in 24 bits of a hash slot */
+        return gt_fail(err, GEIST_ERR_UNSUPPORTED, "tokenizer.ggml.merges: too many entries");
     t->n_merges = (uint32_t)mk->arr_len;
     t->merge_arr = mk->arr_data;
     if (t->n_merges == 0) return GEIST_OK;
@@ -576,10 +576,10 @@ static geist_status setup_merges(gt_tokenizer *t, const gguf_file *f, gt_err *er
     if (st) return st;
     t->owned += (uint64_t)t->n_merges * sizeof(uint32_t);
     uint64_t cap = pow2_at_least((uint64_t)t->n_merges * 2);
-    t->merge_slots = calloc(cap, sizeof(uint64_t));
+    t->merge_slots = calloc(cap, sizeof(uint32_t));
     if (!t->merge_slots) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (merges)");
     t->merge_mask = cap - 1;
-    t->owned += cap * sizeof(uint64_t);
+    t->owned += cap * sizeof(uint32_t);
     for (uint32_t r = 0; r < t->n_merges; r++) {
         gt_str m = merge_text(t, r);
         const uint8_t *p = (const uint8_t *)m.ptr;
@@ -593,7 +593,7 @@ static geist_status setup_merges(gt_tokenizer *t, const gguf_file *f, gt_err *er
         uint64_t h = gt_hash_finish(gt_hash_bytes(GT_HASH_SEED, p, m.len));
         uint64_t i = h & t->merge_mask;
         while (t->merge_slots[i]) i = (i + 1) & t->merge_mask;
-        t->merge_slots[i] = ((h >> 32) << 32) | (uint64_t)(r + 1);
+        t->merge_slots[i] = ((uint32_t)(h >> 56) << 24) | (r + 1);
     }
     return GEIST_OK;
 }

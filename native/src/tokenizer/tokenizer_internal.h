@@ -58,7 +58,7 @@ struct gt_tokenizer {
     const uint8_t *merge_arr;
     uint32_t n_merges;
     uint32_t *merge_off;
-    uint64_t *merge_slots; /* (hash high << 32) | (rank + 1) */
+    uint32_t *merge_slots; /* (8-bit hash tag << 24) | (rank + 1); 0 = empty */
     uint64_t merge_mask;
     uint8_t byte_enc[256][2]; /* GPT-2 byte -> unicode mapping, as UTF-8 (1 or 2 bytes) */
     uint8_t byte_enc_len[256];

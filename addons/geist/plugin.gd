@@ -1,0 +1,28 @@
+@tool
+extends EditorPlugin
+## Registers the geist Project Settings and the Geist dock.
+
+const SETTINGS := [
+	["geist/runtime/threads", TYPE_INT, 1, PROPERTY_HINT_RANGE, "1,64,1"],
+	["geist/runtime/backend", TYPE_STRING, "auto", PROPERTY_HINT_ENUM_SUGGESTION, "auto,cpu_x86,cpu_scalar"],
+]
+
+var dock: Control
+
+
+func _enter_tree() -> void:
+	for s in SETTINGS:
+		if not ProjectSettings.has_setting(s[0]):
+			ProjectSettings.set_setting(s[0], s[2])
+		ProjectSettings.set_initial_value(s[0], s[2])
+		ProjectSettings.add_property_info({"name": s[0], "type": s[1], "hint": s[3], "hint_string": s[4]})
+	dock = preload("res://addons/geist/dock.gd").new()
+	dock.name = "Geist"
+	add_control_to_dock(DOCK_SLOT_RIGHT_UL, dock)
+
+
+func _exit_tree() -> void:
+	if dock:
+		remove_control_from_docks(dock)
+		dock.queue_free()
+		dock = null

@@ -1,0 +1,296 @@
+# Geist Village: three NPCs with their own personas and KV caps, a dialogue UI, and two headless
+# modes:
+#   godot --headless --path demo_project -- --ai-bench [--npcs N] [--tokens T] [--threads K]
+#         [--json FILE] [--model PATH] [--fps F]
+#   godot --headless --path demo_project -- --chat-demo [--model PATH]   (scripted conversation)
+extends Control
+
+const DEFAULT_MODEL := "res://models/model.gguf"
+const VILLAGERS := [
+	{"name": "Bram", "cap": 128, "color": Color(0.85, 0.55, 0.3),
+	 "persona": "You are Bram, the village blacksmith. Gruff but kind. One short sentence."},
+	{"name": "Mira", "cap": 256, "color": Color(0.9, 0.8, 0.4),
+	 "persona": "You are Mira, the baker. Cheerful, loves gossip. Answer in one or two sentences."},
+	{"name": "Old Tova", "cap": 512, "color": Color(0.5, 0.7, 0.9),
+	 "persona": "You are Tova, the village elder. You speak in riddles and remember old legends."},
+]
+const LINES := [
+	"Good morning! Can you repair my sword before nightfall?",
+	"What smells so good in here today?",
+	"Is there any legend about the old well?",
+	"Have you seen any travellers on the road?",
+]
+
+var args := {}
+var model: GeistModel
+var npcs: Array[GeistNPC] = []
+var frame_us: Array[int] = []
+var last_frame_us := 0
+var measuring := false
+var log_label: RichTextLabel
+var input: LineEdit
+var picker: OptionButton
+
+
+func _ready() -> void:
+	args = parse_args(OS.get_cmdline_user_args())
+	if args.has("ai-bench"):
+		bench.call_deferred()
+	elif args.has("chat-demo"):
+		chat_demo.call_deferred()
+	else:
+		build_ui()
+
+
+func parse_args(a: PackedStringArray) -> Dictionary:
+	var out := {}
+	var i := 0
+	while i < a.size():
+		var k := a[i]
+		if k.begins_with("--"):
+			k = k.substr(2)
+			if i + 1 < a.size() and not a[i + 1].begins_with("--"):
+				out[k] = a[i + 1]
+				i += 1
+			else:
+				out[k] = true
+		i += 1
+	return out
+
+
+func model_path() -> String:
+	return str(args.get("model", DEFAULT_MODEL))
+
+
+func load_model() -> Dictionary:
+	# The game owns the bytes: read once, then the model aliases them (no copy).
+	var t0 := Time.get_ticks_usec()
+	var bytes := FileAccess.get_file_as_bytes(model_path())
+	var t1 := Time.get_ticks_usec()
+	model = GeistModel.new()
+	var rc := model.load_from_buffer(bytes)
+	var t2 := Time.get_ticks_usec()
+	return {"rc": rc, "read_ms": (t1 - t0) / 1000.0, "load_ms": (t2 - t1) / 1000.0,
+		"size": bytes.size()}
+
+
+func make_npc(i: int, tokens: int) -> GeistNPC:
+	var v: Dictionary = VILLAGERS[i % VILLAGERS.size()]
+	var npc := GeistNPC.new()
+	npc.name = "%s_%d" % [v.name.replace(" ", ""), i]
+	npc.model = model
+	npc.persona = v.persona
+	npc.max_seq_len = v.cap
+	npc.max_tokens = tokens
+	npc.temperature = 0.7
+	npc.seed = 7 + i
+	npc.priority = 1 if i == 0 else 0
+	add_child(npc)
+	return npc
+
+
+func _process(_delta: float) -> void:
+	var now := Time.get_ticks_usec()
+	if measuring and last_frame_us > 0:
+		frame_us.append(now - last_frame_us)
+	last_frame_us = now
+
+
+func percentile(sorted: Array, p: float) -> float:
+	if sorted.is_empty():
+		return 0.0
+	var idx := clampi(int(ceil(p * sorted.size())) - 1, 0, sorted.size() - 1)
+	return sorted[idx] / 1000.0
+
+
+func vm_hwm() -> int:
+	var f := FileAccess.open("/proc/self/status", FileAccess.READ)
+	if f == null:
+		return 0
+	# /proc files report size 0: read line by line
+	while not f.eof_reached():
+		var line := f.get_line()
+		if line.begins_with("VmHWM:"):
+			return int(line.split(":")[1].strip_edges().split(" ")[0]) * 1024
+	return 0
+
+
+func bench() -> void:
+	var n_npcs := int(args.get("npcs", 3))
+	var tokens := int(args.get("tokens", 32))
+	var threads := int(args.get("threads", 1))
+	Engine.max_fps = int(args.get("fps", 100))  # 10 ms frames: stalls show up plainly
+	GeistEngine.configure({"threads": threads})
+	var ld := load_model()
+	if ld.rc != OK:
+		printerr("cannot load ", model_path(), ": ", model.get_error())
+		get_tree().quit(2)
+		return
+	for i in n_npcs:
+		npcs.append(make_npc(i, tokens))
+	var replies := {}
+	for npc in npcs:
+		npc.replied.connect(func(t): replies[npc.name] = t)
+	await get_tree().process_frame
+	measuring = true
+	last_frame_us = 0
+	var t0 := Time.get_ticks_usec()
+	for i in npcs.size():
+		npcs[i].say(LINES[i % LINES.size()])
+	while replies.size() < npcs.size() and Time.get_ticks_usec() - t0 < 300_000_000:
+		await get_tree().process_frame
+	var wall_s := (Time.get_ticks_usec() - t0) / 1e6
+	measuring = false
+
+	var prompt_tok := 0
+	var gen_tok := 0
+	var prefill_ms := 0.0
+	var decode_ms := 0.0
+	var kv := []
+	var res := model.memory()
+	var resident := {"weights_aliased": res.weights_aliased, "weights_owned": res.weights_owned,
+		"metadata": res.metadata, "tokenizer": res.tokenizer, "rope_tables": res.rope_tables,
+		"other": res.other, "kv_cache": 0, "scratch": 0}
+	var out_replies := []
+	var all_replied := true
+	for npc in npcs:
+		var s := npc.get_session()
+		var st := s.last_stats()
+		prompt_tok += st.prompt_tokens
+		gen_tok += st.generated_tokens
+		prefill_ms += st.prefill_ms
+		decode_ms += st.decode_ms
+		var m := s.memory()
+		resident.kv_cache += m.kv_cache
+		resident.scratch += m.scratch + m.other
+		kv.append({"npc": str(npc.name), "max_seq_len": npc.max_seq_len,
+			"kv_mode": ["f32", "f16"][npc.kv_mode], "kv_bytes": m.kv_cache})
+		var text: String = replies.get(npc.name, "")
+		all_replied = all_replied and text.strip_edges() != ""
+		out_replies.append({"npc": str(npc.name), "reply": text, "tokens": st.generated_tokens})
+	var sorted := frame_us.duplicate()
+	sorted.sort()
+	var info := model.info()
+	var result := {
+		"model": model_path().get_file(),
+		"architecture": info.get("architecture", ""),
+		"backend": info.get("backend", ""),
+		"threads": threads,
+		"runtime": GeistEngine.stats().runtime,
+		"npcs": n_npcs,
+		"tokens_per_npc": tokens,
+		"load_time_ms": ld.load_ms,
+		"read_time_ms": ld.read_ms,
+		"prefill_tokens_per_s": prompt_tok / max(prefill_ms / 1000.0, 1e-9),
+		"decode_tokens_per_s": gen_tok / max(decode_ms / 1000.0, 1e-9),
+		"aggregate_tokens_per_s": gen_tok / max(wall_s, 1e-9),
+		"prompt_tokens": prompt_tok,
+		"generated_tokens": gen_tok,
+		"wall_s": wall_s,
+		"peak_rss_bytes": vm_hwm(),
+		"resident_bytes": resident,
+		"kv_bytes_per_npc": kv,
+		"frame_ms": {"median": percentile(sorted, 0.5), "p99": percentile(sorted, 0.99),
+			"max": percentile(sorted, 1.0), "frames": sorted.size(),
+			"target_fps": Engine.max_fps},
+		"main_thread_drain_ms": {"max": GeistEngine.stats().drain_max_ms,
+			"mean": GeistEngine.stats().drain_mean_ms},
+		"replies": out_replies,
+		"all_replied": all_replied,
+	}
+	var text := JSON.stringify(result, "  ")
+	print(text)
+	if args.has("json"):
+		var f := FileAccess.open(str(args.json), FileAccess.WRITE)
+		if f:
+			f.store_string(text + "\n")
+			f.close()
+	get_tree().quit(0 if all_replied else 1)
+
+
+func chat_demo() -> void:
+	Engine.max_fps = 60
+	var ld := load_model()
+	if ld.rc != OK:
+		printerr("cannot load ", model_path(), ": ", model.get_error())
+		get_tree().quit(2)
+		return
+	print("Geist Village (model %s, %d MB, loaded in %.1f ms from a PackedByteArray)"
+		% [model_path().get_file(), ld.size / 1048576, ld.load_ms])
+	var ok := true
+	for i in VILLAGERS.size():
+		var npc := make_npc(i, 48)
+		var line: String = LINES[i]
+		print("\nPlayer -> %s: %s" % [VILLAGERS[i].name, line])
+		printraw("%s: " % VILLAGERS[i].name)
+		npc.token.connect(func(p): printraw(p))
+		var reply = await npc.say(line)
+		print("")
+		ok = ok and str(reply) != ""
+		var st := npc.get_session().last_stats()
+		print("  [%d tokens, %.1f tok/s, KV %d KB for a cap of %d]" % [st.generated_tokens,
+			st.generated_tokens / max(st.decode_ms / 1000.0, 1e-9),
+			npc.memory().kv_cache / 1024, npc.max_seq_len])
+	get_tree().quit(0 if ok else 1)
+
+
+# ---- normal play: a small dialogue UI ------------------------------------------------------
+
+func build_ui() -> void:
+	var ld := load_model()
+	var bg := ColorRect.new()
+	bg.color = Color(0.18, 0.24, 0.16)
+	bg.set_anchors_preset(Control.PRESET_FULL_RECT)
+	add_child(bg)
+	var box := VBoxContainer.new()
+	box.set_anchors_preset(Control.PRESET_FULL_RECT)
+	box.add_theme_constant_override("separation", 8)
+	add_child(box)
+	var title := Label.new()
+	title.text = "Geist Village — talk to the villagers"
+	box.add_child(title)
+	var houses := HBoxContainer.new()
+	box.add_child(houses)
+	for i in VILLAGERS.size():
+		var v: Dictionary = VILLAGERS[i]
+		var b := ColorRect.new()
+		b.color = v.color
+		b.custom_minimum_size = Vector2(160, 80)
+		var l := Label.new()
+		l.text = "%s\ncap %d" % [v.name, v.cap]
+		b.add_child(l)
+		houses.add_child(b)
+	log_label = RichTextLabel.new()
+	log_label.size_flags_vertical = Control.SIZE_EXPAND_FILL
+	log_label.scroll_following = true
+	box.add_child(log_label)
+	var row := HBoxContainer.new()
+	box.add_child(row)
+	picker = OptionButton.new()
+	for v in VILLAGERS:
+		picker.add_item(v.name)
+	row.add_child(picker)
+	input = LineEdit.new()
+	input.placeholder_text = "Say something..."
+	input.size_flags_horizontal = Control.SIZE_EXPAND_FILL
+	input.text_submitted.connect(_on_submit)
+	row.add_child(input)
+	if ld.rc != OK:
+		log_label.append_text("[color=red]Cannot load %s: %s[/color]\nRun scripts/setup.sh.\n"
+			% [model_path(), model.get_error()])
+		return
+	for i in VILLAGERS.size():
+		var npc := make_npc(i, 48)
+		npcs.append(npc)
+		npc.token.connect(func(p): log_label.append_text(p))
+		npc.failed.connect(func(m): log_label.append_text("[color=red](%s)[/color]" % m))
+
+
+func _on_submit(text: String) -> void:
+	var npc := npcs[picker.selected]
+	if text.strip_edges() == "" or npc.is_busy():
+		return
+	input.clear()
+	log_label.append_text("\n[b]You:[/b] %s\n[b]%s:[/b] " % [text, VILLAGERS[picker.selected].name])
+	await npc.say(text)
+	log_label.append_text("\n")

@@ -1,0 +1,252 @@
+# Headless tests of the geist Godot extension. Run by tests/test_godot.py:
+#   godot --headless --path PROJECT --script res://test_geist.gd -- --model /path/model.gguf
+# Exit code = number of failed checks.
+extends SceneTree
+
+var failures := 0
+var checks := 0
+var model_path := ""
+var main_tid := 0
+
+
+func check(cond: bool, what: String) -> void:
+	checks += 1
+	if cond:
+		print("  ok   ", what)
+	else:
+		failures += 1
+		print("  FAIL ", what)
+
+
+func wait_until(cond: Callable, timeout_s: float = 30.0) -> bool:
+	var t0 := Time.get_ticks_msec()
+	while not cond.call():
+		if Time.get_ticks_msec() - t0 > timeout_s * 1000.0:
+			return false
+		await process_frame
+	return true
+
+
+func _init() -> void:
+	Engine.max_fps = 120  # leave the second core to the worker
+	var args := OS.get_cmdline_user_args()
+	var i := args.find("--model")
+	if i >= 0 and i + 1 < args.size():
+		model_path = args[i + 1]
+	main_tid = OS.get_main_thread_id()
+	run.call_deferred()
+
+
+func run() -> void:
+	if model_path == "" or not FileAccess.file_exists(model_path):
+		print("no model: pass -- --model PATH")
+		quit(100)
+		return
+	var only := OS.get_cmdline_user_args()
+	var tests := ["buffer_load", "load_file", "bad_models", "two_sessions", "cancel",
+		"snapshot", "over_cap", "free_mid_generation", "npc"]
+	var t_all := Time.get_ticks_msec()
+	var model := GeistModel.new()
+	var bytes := FileAccess.get_file_as_bytes(model_path)
+	check(model.load_from_buffer(bytes) == OK, "load_from_buffer OK: " + model.get_error())
+	for t in tests:
+		if only.has("--only") and not only.has(t):
+			continue
+		print("[", t, "]")
+		var t0 := Time.get_ticks_msec()
+		await call("test_" + t, model, bytes)
+		print("  (", Time.get_ticks_msec() - t0, " ms)")
+	print("%d checks, %d failed, %d ms" % [checks, failures, Time.get_ticks_msec() - t_all])
+	quit(failures)
+
+
+func test_buffer_load(model: GeistModel, bytes: PackedByteArray) -> void:
+	var mem := model.memory()
+	var size := bytes.size()
+	print("  memory: ", mem)
+	check(mem.weights_owned == 0, "no weight bytes copied")
+	check(mem.weights_aliased > size * 0.9, "weights aliased in the PackedByteArray")
+	print("  owned total incl. tokenizer tables: %d bytes = %.2f%% of the file"
+		% [mem.owned_total, 100.0 * mem.owned_total / size])
+	check(mem.owned_total < size * 0.02, "owned bytes < 2%% of the file (%d)" % mem.owned_total)
+	check(model.info().get("architecture") == "llama", "info() has the architecture")
+
+
+func test_load_file(_model: GeistModel, bytes: PackedByteArray) -> void:
+	var m := GeistModel.new()
+	check(m.load_file(model_path) == OK, "load_file(absolute) OK")
+	check(str(m.memory().source).begins_with("mapped"), "load_file maps the file")
+	check(m.memory().mapped_file == bytes.size(), "mapping covers the file")
+	if FileAccess.file_exists("res://model.gguf"):
+		var r := GeistModel.new()
+		check(r.load_file("res://model.gguf") == OK, "load_file(res://) OK: " + r.get_error())
+		var r2 := GeistModel.new()
+		r2.path = "res://model.gguf"
+		check(r2.is_loaded(), "setting the path property loads the model")
+
+
+func test_bad_models(_model: GeistModel, bytes: PackedByteArray) -> void:
+	var m := GeistModel.new()
+	var rc := m.load_from_buffer(bytes.slice(0, 4096))
+	check(rc != OK and m.get_error() != "", "truncated model: error %d '%s'" % [rc, m.get_error()])
+	check(not m.is_loaded(), "truncated model is not loaded")
+	var rng := RandomNumberGenerator.new()
+	rng.seed = 1234
+	var junk := PackedByteArray()
+	junk.resize(65536)
+	for i in junk.size():
+		junk[i] = rng.randi() & 0xff
+	rc = m.load_from_buffer(junk)
+	check(rc != OK and m.get_error() != "", "random bytes: error %d '%s'" % [rc, m.get_error()])
+	var head := bytes.slice(0, 64)  # a real GGUF header, then nothing
+	check(m.load_from_buffer(head) != OK, "header-only model: error " + m.get_error())
+	check(m.load_file("/nonexistent/x.gguf") != OK, "missing file: error " + m.get_error())
+	check(m.create_session(64, {}) == null, "no session from an unloaded model")
+	check(m.load_from_buffer(PackedByteArray()) != OK, "empty buffer: error")
+
+
+func test_two_sessions(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var a := model.create_session(256, {"temperature": 0.0, "max_tokens": 12})
+	var b := model.create_session(256, {"temperature": 0.0, "max_tokens": 12})
+	var order: Array[String] = []
+	var tids := {}
+	var done := {"a": "", "b": ""}
+	a.token.connect(func(_p): order.append("a"); tids[OS.get_thread_caller_id()] = true)
+	b.token.connect(func(_p): order.append("b"); tids[OS.get_thread_caller_id()] = true)
+	a.finished.connect(func(t): done.a = t; tids[OS.get_thread_caller_id()] = true)
+	b.finished.connect(func(t): done.b = t; tids[OS.get_thread_caller_id()] = true)
+	check(a.say("Tell me about dragons.") == OK, "a.say queued")
+	check(b.say("What is bread made of?") == OK, "b.say queued")
+	check(a.is_busy() and b.is_busy(), "both busy right after say (non-blocking)")
+	var ok = await wait_until(func(): return done.a != "" and done.b != "")
+	check(ok, "both sessions finished")
+	check(tids.keys() == [main_tid], "every signal on the main thread %s" % [tids.keys()])
+	var first_b := order.find("b")
+	var last_a := order.rfind("a")
+	check(first_b >= 0 and first_b < last_a, "the two replies interleave")
+	print("  a: ", done.a, "\n  b: ", done.b)
+
+
+func test_cancel(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var s := model.create_session(256, {"temperature": 0.0, "max_tokens": 200})
+	var n := [0]
+	var fin := [null]
+	s.token.connect(func(_p): n[0] += 1)
+	s.finished.connect(func(t): fin[0] = t)
+	s.say("Write a long story about a knight.")
+	await wait_until(func(): return n[0] >= 2)
+	check(s.cancel() == OK, "cancel() OK")
+	var ok = await wait_until(func(): return fin[0] != null, 10.0)
+	check(ok, "cancelled request ends with finished")
+	check(s.last_stats().finish_reason == 3, "finish reason CANCELLED")
+	check(s.last_stats().generated_tokens < 20, "stopped early (%d tokens)" % s.last_stats().generated_tokens)
+	check(not s.is_busy(), "not busy after cancel")
+	check(s.say("Hello") == OK, "usable after cancel")
+	await wait_until(func(): return not s.is_busy())
+
+
+func test_snapshot(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var opts := {"temperature": 0.0, "max_tokens": 16, "system": "You are a blacksmith."}
+	var a := model.create_session(256, opts)
+	a.say("Good morning!")
+	await wait_until(func(): return not a.is_busy())
+	var snap := a.snapshot()
+	check(snap.size() > 0, "snapshot() has %d bytes" % snap.size())
+	var f := FileAccess.open("user://npc.snap", FileAccess.WRITE)
+	f.store_buffer(snap)
+	f.close()
+	var used := a.tokens_used
+	var r1 := [null]
+	a.finished.connect(func(t): r1[0] = t)
+	a.say("Can you fix my sword?")
+	await wait_until(func(): return r1[0] != null)
+
+	var b := model.create_session(256, {"temperature": 0.0, "max_tokens": 16})
+	var loaded := FileAccess.get_file_as_bytes("user://npc.snap")
+	check(b.restore(loaded) == OK, "restore() from user:// OK: " + b.get_error())
+	check(b.tokens_used == used, "restored session holds %d tokens" % used)
+	check(b.get_transcript().size() == 2, "transcript restored")
+	var r2 := [null]
+	b.finished.connect(func(t): r2[0] = t)
+	b.say("Can you fix my sword?")
+	await wait_until(func(): return r2[0] != null)
+	print("  original: ", r1[0], "\n  restored: ", r2[0])
+	check(r1[0] == r2[0], "restored session continues identically")
+	check(b.restore(PackedByteArray([1, 2, 3])) != OK, "garbage snapshot refused: " + b.get_error())
+
+
+func test_over_cap(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var s := model.create_session(32, {"max_tokens": 8})
+	var msg := [null]
+	s.failed.connect(func(m): msg[0] = m)
+	s.say("This line is much longer than thirty-two tokens, because it keeps going and going "
+		+ "with more and more words about the weather, the harvest and the king's new taxes.")
+	var ok = await wait_until(func(): return msg[0] != null, 10.0)
+	check(ok, "failed signal for a prompt over the cap")
+	print("  message: ", msg[0])
+	check(ok and "max_seq_len" in str(msg[0]) and "32" in str(msg[0]), "message names the cap")
+	check(not s.is_busy() and s.tokens_used == 0, "session still usable and empty")
+
+
+func test_free_mid_generation(_model: GeistModel, bytes: PackedByteArray) -> void:
+	var m := GeistModel.new()
+	m.load_from_buffer(bytes)
+	var s := m.create_session(128, {"temperature": 0.0, "max_tokens": 64})
+	var n := [0]
+	s.token.connect(func(_p): n[0] += 1)
+	s.say("Count to twenty.")
+	await wait_until(func(): return n[0] >= 2)
+	m = null  # the session keeps the model alive
+	await process_frame
+	check(s.is_busy(), "dropping the model ref does not stop the session")
+	var before := int(GeistEngine.stats().sessions)
+	s = null  # freed while generating: cancels and waits for the step
+	await process_frame
+	await process_frame
+	check(int(GeistEngine.stats().sessions) == before - 1, "session freed mid-generation")
+	# a node freed while it talks
+	var m2 := GeistModel.new()
+	m2.load_from_buffer(bytes)
+	var npc := GeistNPC.new()
+	npc.model = m2
+	npc.max_tokens = 64
+	root.add_child(npc)
+	npc.say("Tell me a long tale.")
+	await wait_until(func(): return npc.get_session().tokens_used > 0)
+	npc.free()
+	m2 = null
+	for i in 5:
+		await process_frame
+	check(int(GeistEngine.stats().models) <= 2, "model freed with its last session (%d live)" % GeistEngine.stats().models)
+
+
+func test_npc(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var npc := GeistNPC.new()
+	npc.model = model
+	npc.persona = "You are Mira, the village baker. Answer in one short sentence."
+	npc.max_seq_len = 256
+	npc.temperature = 0.0
+	npc.max_tokens = 20
+	root.add_child(npc)
+	var pieces := []
+	npc.token.connect(func(p): pieces.append(p))
+	var reply = await npc.say("What do you sell?")
+	print("  Mira: ", reply)
+	check(reply is String and reply != "", "await npc.say() gives the reply")
+	check("".join(pieces) == reply, "streamed pieces add up to the reply")
+	var mem := npc.save_memory()
+	check(mem.size() > 0, "save_memory() %d bytes" % mem.size())
+	var other := GeistNPC.new()
+	other.model = model
+	root.add_child(other)
+	check(other.load_memory(mem) == OK, "load_memory() OK")
+	check(other.get_session().get_transcript().size() == 2, "memory carries the conversation")
+	var nomodel := GeistNPC.new()
+	root.add_child(nomodel)
+	var failed := [null]
+	nomodel.failed.connect(func(m): failed[0] = m)
+	var r2 = await nomodel.say("hello?")
+	check(r2 == "" and failed[0] != null, "NPC without a model fails cleanly: %s" % failed[0])
+	npc.queue_free()
+	other.queue_free()
+	nomodel.queue_free()
