@@ -209,3 +209,22 @@ def test_real_model_matches_scalar(name: str) -> None:
         ids, logits = _greedy(path, "cpu_x86", 2, prompt, 64)
         assert ids == ref_ids, p["text"]
         assert np.array_equal(logits, ref_logits), p["text"]
+
+
+# -- integer block-dot kernels (native/tests/test_backend_q.c) -----------------------------------
+
+
+def test_integer_kernels_bit_identical_native() -> None:
+    """AVX2 and AVX-512 VNNI kernels vs cpu_scalar's canonical arithmetic at odd sizes, row splits
+    and token tails; cpu_scalar vs the float64 dot; vectorized activation quantization bytes."""
+    import subprocess
+
+    exe = Path(__file__).resolve().parent.parent / "build" / "release" / "tests" / "test_backend_q"
+    if not exe.exists():
+        pytest.skip("native tests not built (scons)")
+    _require("cpu_x86")
+    res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 failures" in res.stdout
+    if _usable("cpu_x86_avx512"):
+        assert "cpu_x86_avx512: tested" in res.stdout

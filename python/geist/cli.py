@@ -167,45 +167,120 @@ def _median_spread(xs: list[float]) -> tuple[float, float]:
     return statistics.median(xs), (max(xs) - min(xs)) if len(xs) > 1 else 0.0
 
 
+def _bench_vs_llama(ns: argparse.Namespace) -> int:
+    """--vs-llama-cpp: the alternating-runs benchmark of tests/bench (needs the repo checkout)."""
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "tests" / "bench" / "bench_vs_llama.py"
+    if not script.exists():
+        print(f"geist bench --vs-llama-cpp: {script} not found (run it from a repo checkout)",
+              file=sys.stderr)
+        return 2
+    args = [sys.executable, str(script), "--models", *(ns.models or ["smollm2"]),
+            "--threads", str(ns.threads or 2), "--runs", str(ns.runs),
+            "--pp", *map(str, ns.pp), "--tg", str(ns.tg), "--backend", ns.backend or "auto"]
+    if ns.json:
+        args += ["--json", "/dev/stdout"]
+    return subprocess.run(args, check=False).returncode
+
+
+def _rss_mib() -> float:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _bench_npcs(ns: argparse.Namespace, name: str) -> int:
+    """`geist bench --npcs 1,2,4,8`: async requests of N sessions decoding at once."""
+    import geist
+    from geist.runtime import bench_npcs
+
+    eng = geist.Engine(backend=ns.backend, n_threads=ns.threads)
+    m = geist.Model.load(_resolve_model(name), engine=eng)
+    res = bench_npcs(m, [int(x) for x in ns.npcs.split(",")], tokens=ns.tg)
+    if ns.json:
+        print(json.dumps(res, indent=2))
+    else:
+        for r in res["rows"]:
+            print(f"npcs={r['npcs']:3d} aggregate {r['aggregate_tps']:8.1f} t/s "
+                  f"(x{r.get('speedup_vs_1', 0):.2f}) first token {r['first_token_ms_mean']:7.1f}"
+                  f" ms, {r['ms_per_token_per_npc']:6.1f} ms/token per NPC")
+        p = res["priority"]
+        print(f"priority request first token {p['first_token_ms']:.1f} ms with 8 running "
+              f"(bound: 2 steps {2 * p['batched_step_ms']:.1f} + own prefill "
+              f"{p['own_prefill_ms']:.1f} = {p['bound_ms']:.1f} ms)")
+    m.close()
+    eng.close()
+    return 0
+
+
 def cmd_bench(ns: argparse.Namespace) -> int:
+    import resource
+
     import numpy as np
 
     import geist
 
+    if ns.vs_llama_cpp:
+        return _bench_vs_llama(ns)
     names = ns.models or ["smollm2"]
+    if ns.npcs:
+        return _bench_npcs(ns, names[0])
     rows = []
+    base_rss = _rss_mib()
+    eng = geist.Engine(backend=ns.backend, n_threads=ns.threads)
     for name in names:
         path = _resolve_model(name)
-        loads, pps, tgs = [], [], []
+        loads: list[float] = []
+        pps: dict[int, list[float]] = {n: [] for n in ns.pp}
+        tgs: list[float] = []
+        n_ctx = max(max(ns.pp), 128 + ns.tg) + 8
         for _ in range(ns.runs):
             t0 = time.perf_counter()
-            model = geist.Model.load(path, backend=ns.backend)
+            model = geist.Model.load(path, engine=eng)
             loads.append(time.perf_counter() - t0)
             rng = np.random.default_rng(0)
-            prompt = [int(x) for x in rng.integers(0, model.n_vocab, ns.pp)]
-            with model.session(max_seq_len=ns.pp + ns.tg + 1, kv_mode=ns.kv_mode) as s:
-                t0 = time.perf_counter()
+            for n in ns.pp:
+                prompt = [int(x) for x in rng.integers(0, model.n_vocab, n)]
+                with model.session(max_seq_len=n_ctx, kv_mode=ns.kv_mode) as s:
+                    t0 = time.perf_counter()
+                    s.prefill(prompt)
+                    pps[n].append(n / (time.perf_counter() - t0))
+            prompt = [int(x) for x in rng.integers(0, model.n_vocab, 128)]
+            with model.session(max_seq_len=n_ctx, kv_mode=ns.kv_mode) as s:
                 s.prefill(prompt)
-                pps.append(ns.pp / (time.perf_counter() - t0))
                 t0 = time.perf_counter()
                 for _ in range(ns.tg):
                     s.step()
                 tgs.append(ns.tg / (time.perf_counter() - t0))
             backend = model.backend
             model.close()
-        rows.append({"model": path.name, "backend": backend, "runs": ns.runs,
-                     "load_s": _median_spread(loads), f"pp{ns.pp}_tps": _median_spread(pps),
-                     f"tg{ns.tg}_tps": _median_spread(tgs)})
+        row: dict[str, object] = {"model": path.name, "backend": backend, "runs": ns.runs,
+                                  "threads": ns.threads, "load_s": _median_spread(loads)}
+        for n in ns.pp:
+            row[f"pp{n}_tps"] = _median_spread(pps[n])
+        row[f"tg{ns.tg}_tps"] = _median_spread(tgs)
+        # the process's peak so far (ru_maxrss): models run in order, so it covers this one
+        row["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        row["base_rss_mib"] = base_rss
+        rows.append(row)
+    eng.close()
     if ns.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'model':<36} {'backend':<11} {'load s':>12} {'pp' + str(ns.pp) + ' t/s':>16} "
-          f"{'tg' + str(ns.tg) + ' t/s':>16}")
+    cols = ["load_s"] + [f"pp{n}_tps" for n in ns.pp] + [f"tg{ns.tg}_tps"]
+    print(f"{'model':<36} {'backend':<11}" + "".join(f"{c:>16}" for c in cols)
+          + f"{'peak RSS MiB':>14}")
     for r in rows:
-        ld, pp, tg = r["load_s"], r[f"pp{ns.pp}_tps"], r[f"tg{ns.tg}_tps"]
-        print(f"{r['model']:<36} {r['backend']:<11} {ld[0]:>7.3f}±{ld[1]:<4.2f} "
-              f"{pp[0]:>10.1f}±{pp[1]:<5.1f} {tg[0]:>10.1f}±{tg[1]:<5.1f}")
-    print(f"(median ± spread (max-min) over {ns.runs} runs)")
+        vals = "".join(f"{r[c][0]:>9.2f}±{r[c][1]:<6.2f}" for c in cols)  # type: ignore[index]
+        print(f"{r['model']:<36} {r['backend']:<11}{vals}{r['peak_rss_mib']:>14.1f}")
+    print(f"(median ± spread (max-min) over {ns.runs} runs; process baseline RSS "
+          f"{base_rss:.1f} MiB)")
     return 0
 
 
@@ -263,11 +338,15 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="load time, prefill and decode speed (median of runs)")
     b.add_argument("models", nargs="*", metavar="MODEL")
     b.add_argument("--runs", type=int, default=5)
-    b.add_argument("--pp", type=int, default=128, help="prompt tokens")
+    b.add_argument("--pp", type=int, nargs="+", default=[128, 512], help="prompt token counts")
     b.add_argument("--tg", type=int, default=128, help="generated tokens")
+    b.add_argument("--threads", type=int, default=0, help="worker threads (0: engine default)")
     b.add_argument("--kv-mode", default="f16", choices=["f32", "f16"])
     b.add_argument("--backend", default=None)
+    b.add_argument("--vs-llama-cpp", action="store_true",
+                   help="alternate runs with llama.cpp (tests/bench/install_llama_cpp.sh first)")
     b.add_argument("--json", action="store_true")
+    b.add_argument("--npcs", default="", help="e.g. 1,2,4,8,16: batched decode across sessions")
     b.set_defaults(func=cmd_bench)
     return p
 

@@ -71,6 +71,7 @@ class Engine:
         check(lib.geist_engine_create(opts, out))
         self._ptr: Any = out[0]
         self._models: weakref.WeakSet[Model] = weakref.WeakSet()
+        self._runtime: Any = None  # geist.runtime.Runtime, made on the first submit
 
     @property
     def backend(self) -> str:
@@ -97,10 +98,18 @@ class Engine:
         total["total_owned"] = sum(v for k, v in total.items() if k not in not_owned)
         return total
 
+    def configure_runtime(self, options: Any) -> None:
+        """Scheduling knobs of async requests (a geist.runtime.RuntimeOptions)."""
+        from geist.runtime import runtime_of
+
+        runtime_of(self).configure(options)
+
     def close(self) -> None:
         if self._ptr is not None:
             for m in list(self._models):
                 m.close()
+            if self._runtime is not None:
+                self._runtime.stop()
             lib.geist_engine_free(self._ptr)
             self._ptr = None
 
@@ -262,6 +271,13 @@ class Model:
         return _read_text(lib.geist_chat_apply_template, self._require(), tmpl, arr,
                           len(messages), 1 if add_generation_prompt else 0)
 
+    def chat_stop_strings(self) -> list[str]:
+        """Strings that end an assistant turn for this model's chat template family."""
+        out = ffi.new("const char *[]", 8)
+        n = ffi.new("size_t *")
+        check(lib.geist_chat_stop_strings(self._require(), out, 8, n))
+        return [ffi.string(out[i]).decode() for i in range(n[0])]
+
     # -- sessions ----------------------------------------------------------------------------------
 
     def session(self, max_seq_len: int = 512, kv_mode: str = "f16", seed: int = 0,
@@ -383,6 +399,7 @@ class Session:
         self.last_result: GenerationResult | None = None
         self._prefix: Prefix | None = None  # keeps the Python object alive while we use it
         self._lock = threading.Lock()
+        self._active: Any = None  # the RequestHandle of the running async request
 
     def _sync_history(self) -> None:
         """Reads the token ids the native session holds into `history`."""
@@ -536,7 +553,17 @@ class Session:
             ids = ids[len(held):]
         else:
             self.reset()
-        return self.generate(ids, max_tokens, stop, **sampling)
+        stops = list(stop) + [s for s in self.model.chat_stop_strings() if s not in stop]
+        return self.generate(ids, max_tokens, stops, **sampling)
+
+    def submit(self, prompt: Any = "", max_tokens: int = 128, stop: Sequence[str] = (),
+               **kwargs: Any) -> Any:
+        """Queues an asynchronous request (text, ids or chat messages) and returns a
+        geist.runtime.RequestHandle at once: `.result()`, iteration over streamed pieces,
+        `await .aresult()`. Keyword arguments: priority and the sampler options of generate()."""
+        from geist.runtime import submit
+
+        return submit(self, prompt, max_tokens, stop, **kwargs)
 
     def close(self) -> None:
         with self._lock:

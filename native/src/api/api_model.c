@@ -11,6 +11,7 @@
 
 #include "../model/model.h"
 #include "../runtime/pool.h"
+#include "../runtime/runtime.h"
 #include "../tokenizer/tokenizer.h"
 #include "../util/ggml_types.h"
 
@@ -89,7 +90,9 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
     }
     e->n_threads = o.n_threads;
     e->pool = gt_pool_create(e->n_threads);
-    if (!e->pool) {
+    e->runtime = e->pool ? gt_runtime_create(e) : NULL;
+    if (!e->runtime) {
+        gt_pool_free(e->pool);
         free(e);
         return thread_fail(GEIST_ERR_OUT_OF_MEMORY, "cannot start %d worker threads", (int)o.n_threads);
     }
@@ -100,6 +103,7 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
 
 void geist_engine_free(geist_engine *e) {
     if (!e) return;
+    gt_runtime_free(e->runtime); /* first: its thread uses the pool; running requests end */
     gt_pool_free(e->pool);
     free(e);
 }
@@ -167,6 +171,7 @@ static geist_status load_span(geist_engine *engine, const void *data, size_t siz
     m->map = map;
     m->map_size = map ? size : 0;
     geist_status st = gguf_parse(data, size, &m->gguf, &err);
+    if (!st) m->identity = gt_hash64(GT_HASH64_INIT, data, (size_t)m->gguf.data_offset);
     if (!st) st = gt_arch_load(m, &err);
     if (!st) st = gt_tokenizer_create(&m->gguf, &m->tokenizer, &err);
     if (st) {

@@ -93,9 +93,11 @@ geist_status geist_token_piece(const geist_model *model, int32_t id, uint32_t fl
     return GEIST_OK;
 }
 
-/* SentencePiece's leading-space rule (llama.cpp's detokenize with remove_special=false): when
- * the metadata's add_space_prefix is true, one leading space of the FIRST token's piece is
- * dropped, whatever that token is. Both real models have add_space_prefix false. */
+/* The pieces joined (llama.cpp's detokenize with remove_special=false), with SentencePiece's
+ * leading-space rule: when the metadata's add_space_prefix is true, one leading space of the
+ * FIRST token's piece is dropped, whatever that token is (a BOS in front keeps the space). Both
+ * real models have add_space_prefix false. clean_up_tokenization_spaces is never applied (see
+ * tokenizer.h), so the result is lossless and equals the streaming detokenizer's. */
 geist_status geist_detokenize(const geist_model *model, const int32_t *ids, size_t n,
                               uint32_t flags, char *buf, size_t cap, size_t *len) {
     const gt_tokenizer *t;
@@ -239,7 +241,8 @@ static size_t utf8_stream(const uint8_t *in, size_t n, uint8_t *dst, size_t cap,
 geist_status geist_detokenizer_push(geist_detokenizer *d, int32_t id, char *buf, size_t cap,
                                     size_t *len) {
     if (!d) return text_fail(NULL, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_push: d is NULL");
-    if (!len) return text_fail(d->model, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_push: len is NULL");
+    if (!len)
+        return text_fail(d->model, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_push: len is NULL");
     if (!buf && cap > 0)
         return text_fail(d->model, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_push: buf is NULL");
     geist_status st = check_id(d->model, d->tok, id, "detokenizer_push");

@@ -28,7 +28,21 @@ typedef struct gt_backend {
     /* Dequantizes row r of w into dst (w->n_in floats): embedding lookups. */
     void (*get_row)(const gt_weight *w, int64_t r, float *dst);
     float (*vec_dot)(uint32_t type, const void *row, const float *x, int64_t n);
+    /* Optional (NULL: matmul only). Quantized activations, prepared once per product and shared
+     * by all the row tasks (act_quant.h). act_row_bytes: bytes per token row for a weight of
+     * `type` and n_in inputs, 0 when the type takes float activations (then use matmul).
+     * quantize_acts: n_tok rows of x into xq (n_tok * act_row_bytes bytes, 64-byte aligned).
+     * matmul_q: as matmul, from those rows; the same numbers as matmul. */
+    size_t (*act_row_bytes)(uint32_t type, int64_t n_in);
+    void (*quantize_acts)(uint32_t type, const float *x, int64_t n_tok, int64_t n_in, void *xq);
+    void (*matmul_q)(const gt_weight *w, const void *xq, int64_t n_tok, float *y, int64_t ldy,
+                     int64_t r0, int64_t r1);
 } gt_backend;
+
+/* matmul for backends with matmul_q: quantizes x (a heap buffer) and calls matmul_q; returns
+ * false, y untouched, when the type takes float activations or memory is short. */
+bool gt_backend_matmul_via_q(const gt_backend *be, const gt_weight *w, const float *x,
+                             int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
 const gt_backend *gt_backend_cpu_scalar(void);
 /* cpu_scalar with exact float activations (GEIST_ACTIVATIONS_F32); see act_quant.h. */

@@ -1,4 +1,5 @@
 /* Which backends exist and which one "auto" means. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -21,3 +22,16 @@ const gt_backend *gt_backend_find(const char *name) {
 }
 
 const char *gt_backend_names(void) { return "cpu_x86,cpu_scalar"; }
+
+bool gt_backend_matmul_via_q(const gt_backend *be, const gt_weight *w, const float *x,
+                             int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (be->act_row_bytes == NULL || n_tok <= 0) return false;
+    const size_t rb = be->act_row_bytes(w->type, w->n_in);
+    if (rb == 0) return false;
+    void *xq = aligned_alloc(64, rb * (size_t)n_tok);
+    if (xq == NULL) return false;
+    be->quantize_acts(w->type, x, n_tok, w->n_in, xq);
+    be->matmul_q(w, xq, n_tok, y, ldy, r0, r1);
+    free(xq);
+    return true;
+}

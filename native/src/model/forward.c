@@ -1,21 +1,18 @@
 /* The transformer forward pass for every supported architecture, one general mechanism driven by
- * gt_config flags (QK norm, post-norms, activation, rope style, sliding layers). Matrix products
- * go through the backend; tokens are processed in chunks so scratch stays bounded. */
+ * gt_config flags (QK norm, post-norms, activation, rope style, sliding layers). It runs a batch
+ * of rows from one or more sessions (forward.h): matrix products go through the backend once for
+ * all rows; attention runs per session over its own KV. A single session's call is a batch of
+ * its own rows, in chunks so scratch stays bounded. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "forward.h"
 
 #include "../session/kv.h"
 #include "../session/session.h"
 #include "../runtime/pool.h"
 #include "../util/util.h"
-
-#define GT_CHUNK 32 /* tokens per pass through the layers; bounds scratch to O(chunk * width) */
-
-typedef struct scratch {
-    float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *tmp;
-    gt_attn_scratch attn;
-} scratch;
 
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
     double ss = 0.0;
@@ -46,7 +43,7 @@ static float act(gt_act a, float x) {
 
 /* Matrix products go through the engine's worker pool in tasks of MM_ROWS output rows. The task
  * boundaries do not depend on the thread count and every backend computes a row the same way
- * whichever rows it is given, so results are bit-identical for any n_threads. */
+ * whichever rows it is given, so results are bit-identical for any n_threads and any batch. */
 #define MM_ROWS 64
 
 typedef struct mm_job {
@@ -55,20 +52,38 @@ typedef struct mm_job {
     const float *x;
     int64_t n, ldy;
     float *y;
+    const void *xq; /* activations quantized once for all tasks (backend.h), or NULL */
+    int64_t rows;   /* output rows per task */
 } mm_job;
 
 static void mm_task(void *ctx, int64_t task, float *tmp) {
     const mm_job *j = ctx;
-    const int64_t r0 = task * MM_ROWS;
-    const int64_t r1 = r0 + MM_ROWS < j->w->n_out ? r0 + MM_ROWS : j->w->n_out;
-    j->be->matmul(j->w, j->x, j->n, j->y, j->ldy, r0, r1, tmp);
+    const int64_t r0 = task * j->rows;
+    const int64_t r1 = r0 + j->rows < j->w->n_out ? r0 + j->rows : j->w->n_out;
+    if (j->xq != NULL) j->be->matmul_q(j->w, j->xq, j->n, j->y, j->ldy, r0, r1);
+    else j->be->matmul(j->w, j->x, j->n, j->y, j->ldy, r0, r1, tmp);
 }
 
 /* y[t * ldy + r] = dot(W[r], x[t]); tmp: w->n_in floats for the calling thread. */
 static void pool_matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w, const float *x,
                         int32_t n, float *y, int64_t ldy, float *tmp) {
-    mm_job j = {be, w, x, n, ldy, y};
-    gt_pool_run(pool, (w->n_out + MM_ROWS - 1) / MM_ROWS, (size_t)w->n_in, mm_task, &j, tmp);
+    /* one token, few rows: smaller tasks balance the threads (576 rows are 9 tasks of 64) */
+    mm_job j = {be, w, x, n, ldy, y, NULL, n == 1 && w->n_out <= 4096 ? MM_ROWS / 4 : MM_ROWS};
+    /* quantize the activations once, before the row tasks (decode fits the stack buffer) */
+    _Alignas(64) uint8_t small[16384];
+    void *heap = NULL;
+    const size_t rb = be->act_row_bytes != NULL ? be->act_row_bytes(w->type, w->n_in) : 0;
+    if (rb > 0 && n > 0) {
+        const size_t need = rb * (size_t)n;
+        void *buf = need <= sizeof small ? (void *)small : (heap = aligned_alloc(64, need));
+        if (buf != NULL) {
+            be->quantize_acts(w->type, x, n, w->n_in, buf);
+            j.xq = buf;
+        }
+    }
+    gt_pool_run(pool, (w->n_out + j.rows - 1) / j.rows, j.xq ? 0 : (size_t)w->n_in, mm_task, &j,
+                tmp);
+    free(heap);
 }
 
 /* A product whose output rows are packed (ldy = n_out), on the engine's pool. */
@@ -77,7 +92,26 @@ static void matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w, cons
     pool_matmul(pool, be, w, x, n, y, w->n_out, tmp);
 }
 
-static void free_scratch(scratch *sc) {
+/* A group: the contiguous rows of one session. Its rows attend in order (write K/V of a row, then
+ * attend), so a ring never loses a row a later token of the same group still needs; different
+ * groups are independent and run as separate pool tasks. */
+typedef struct group {
+    int32_t r0, n;
+    gt_attn_scratch attn;
+    int32_t attn_ctx; /* max_ctx the attn scratch was made for (0: none) */
+} group;
+
+struct gt_fwd_scratch {
+    int32_t cap_rows, cap_groups;
+    float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *tmp, *lg;
+    int32_t cap_lg; /* logits rows lg holds */
+    group *groups;
+    uint64_t bytes;
+};
+
+gt_fwd_scratch *gt_fwd_scratch_create(void) { return calloc(1, sizeof(gt_fwd_scratch)); }
+
+static void free_rows(gt_fwd_scratch *sc) {
     free(sc->x);
     free(sc->xn);
     free(sc->q);
@@ -88,12 +122,26 @@ static void free_scratch(scratch *sc) {
     free(sc->gate);
     free(sc->up);
     free(sc->tmp);
-    gt_attn_scratch_free(&sc->attn);
+    sc->x = sc->xn = sc->q = sc->k = sc->v = sc->att = sc->o = sc->gate = sc->up = sc->tmp = NULL;
+    sc->cap_rows = 0;
 }
 
-static bool alloc_scratch(scratch *sc, const gt_config *c, int32_t chunk, int32_t max_ctx) {
-    memset(sc, 0, sizeof *sc);
-    const size_t n = (size_t)chunk;
+void gt_fwd_scratch_free(gt_fwd_scratch *sc) {
+    if (!sc) return;
+    free_rows(sc);
+    free(sc->lg);
+    for (int32_t g = 0; g < sc->cap_groups; g++)
+        if (sc->groups[g].attn_ctx) gt_attn_scratch_free(&sc->groups[g].attn);
+    free(sc->groups);
+    free(sc);
+}
+
+uint64_t gt_fwd_scratch_bytes(const gt_fwd_scratch *sc) { return sc ? sc->bytes : 0; }
+
+static bool grow_rows(gt_fwd_scratch *sc, const gt_config *c, int32_t rows) {
+    if (rows <= sc->cap_rows) return true;
+    free_rows(sc);
+    const size_t n = (size_t)rows;
     const size_t qd = (size_t)c->n_head * (size_t)c->head_dim_k;
     const size_t kd = (size_t)c->n_head_kv * (size_t)c->head_dim_k;
     const size_t vd = (size_t)c->n_head_kv * (size_t)c->head_dim_v;
@@ -101,70 +149,121 @@ static bool alloc_scratch(scratch *sc, const gt_config *c, int32_t chunk, int32_
     size_t widest = (size_t)c->d_model;
     if ((size_t)c->n_ff > widest) widest = (size_t)c->n_ff;
     if (od > widest) widest = od;
-    sc->x = malloc(n * (size_t)c->d_model * sizeof(float));
-    sc->xn = malloc(n * (size_t)c->d_model * sizeof(float));
-    sc->q = malloc(n * qd * sizeof(float));
-    sc->k = malloc(n * kd * sizeof(float));
-    sc->v = malloc(n * vd * sizeof(float));
-    sc->att = malloc(n * od * sizeof(float));
-    sc->o = malloc(n * (size_t)c->d_model * sizeof(float));
-    sc->gate = malloc(n * (size_t)c->n_ff * sizeof(float));
-    sc->up = malloc(n * (size_t)c->n_ff * sizeof(float));
+    const size_t per_row = 3 * (size_t)c->d_model + qd + kd + vd + od + 2 * (size_t)c->n_ff;
+    sc->x = gt_malloc_array(n, (size_t)c->d_model * sizeof(float));
+    sc->xn = gt_malloc_array(n, (size_t)c->d_model * sizeof(float));
+    sc->q = gt_malloc_array(n, qd * sizeof(float));
+    sc->k = gt_malloc_array(n, kd * sizeof(float));
+    sc->v = gt_malloc_array(n, vd * sizeof(float));
+    sc->att = gt_malloc_array(n, od * sizeof(float));
+    sc->o = gt_malloc_array(n, (size_t)c->d_model * sizeof(float));
+    sc->gate = gt_malloc_array(n, (size_t)c->n_ff * sizeof(float));
+    sc->up = gt_malloc_array(n, (size_t)c->n_ff * sizeof(float));
     sc->tmp = malloc(widest * sizeof(float));
-    const bool attn_ok = gt_attn_scratch_init(&sc->attn, c, max_ctx);
     if (!sc->x || !sc->xn || !sc->q || !sc->k || !sc->v || !sc->att || !sc->o || !sc->gate ||
-        !sc->up || !sc->tmp || !attn_ok) {
-        free_scratch(sc);
+        !sc->up || !sc->tmp) {
+        free_rows(sc);
         return false;
+    }
+    sc->cap_rows = rows;
+    sc->bytes = (n * per_row + widest) * sizeof(float);
+    return true;
+}
+
+static bool grow_groups(gt_fwd_scratch *sc, const gt_config *c, int32_t n_groups,
+                        int32_t max_ctx) {
+    if (n_groups > sc->cap_groups) {
+        group *g = realloc(sc->groups, (size_t)n_groups * sizeof *g);
+        if (!g) return false;
+        memset(g + sc->cap_groups, 0, (size_t)(n_groups - sc->cap_groups) * sizeof *g);
+        sc->groups = g;
+        sc->cap_groups = n_groups;
+    }
+    for (int32_t i = 0; i < n_groups; i++) {
+        group *g = &sc->groups[i];
+        if (g->attn_ctx >= max_ctx) continue;
+        if (g->attn_ctx) gt_attn_scratch_free(&g->attn);
+        g->attn_ctx = 0;
+        if (!gt_attn_scratch_init(&g->attn, c, max_ctx)) return false;
+        g->attn_ctx = max_ctx;
     }
     return true;
 }
 
-/* One chunk of n tokens at positions pos0.. through every layer; leaves the final hidden states
- * (after the output norm) in sc->xn. */
-static void run_layers(geist_session *s, const int32_t *ids, int32_t n, int32_t pos0, scratch *sc) {
-    const geist_model *m = s->model;
+static bool grow_logits(gt_fwd_scratch *sc, const gt_config *c, int32_t rows) {
+    if (rows <= sc->cap_lg) return true;
+    float *lg = gt_malloc_array((size_t)rows, (size_t)c->n_vocab * sizeof(float));
+    if (!lg) return false;
+    free(sc->lg);
+    sc->lg = lg;
+    sc->cap_lg = rows;
+    return true;
+}
+
+typedef struct attn_job {
+    const geist_model *m;
+    const gt_batch_row *rows;
+    gt_fwd_scratch *sc;
+    int32_t il;
+} attn_job;
+
+/* Pool task: rope, K/V store and attention for the rows of group `task`, in order. */
+static void attn_task(void *ctx, int64_t task, float *unused) {
+    (void)unused;
+    const attn_job *j = ctx;
+    const geist_model *m = j->m;
     const gt_config *c = &m->cfg;
-    const gt_backend *be = m->backend;
-    gt_pool *pool = m->engine->pool;
-    const int64_t d = c->d_model;
+    const gt_layer *L = &m->layers[j->il];
+    gt_fwd_scratch *sc = j->sc;
+    group *g = &sc->groups[task];
     const int64_t qd = (int64_t)c->n_head * c->head_dim_k;
     const int64_t kd = (int64_t)c->n_head_kv * c->head_dim_k;
     const int64_t vd = (int64_t)c->n_head_kv * c->head_dim_v;
     const int64_t od = (int64_t)c->n_head * c->head_dim_v;
+    const float *inv_freq = L->sliding ? m->inv_freq_local : m->inv_freq_global;
+    const float pscale = L->sliding ? 1.0f : c->rope_scale_global;
+    for (int32_t t = g->r0; t < g->r0 + g->n; t++) {
+        const gt_batch_row *r = &j->rows[t];
+        float *qt = sc->q + t * qd, *kt = sc->k + t * kd;
+        for (int32_t h = 0; h < c->n_head; h++) {
+            float *qh = qt + (int64_t)h * c->head_dim_k;
+            if (c->qk_norm) rmsnorm(qh, qh, L->q_norm.data, c->head_dim_k, c->eps);
+            rope(qh, c->n_rot, c->rope_style, inv_freq, (float)r->pos * pscale);
+        }
+        for (int32_t h = 0; h < c->n_head_kv; h++) {
+            float *kh = kt + (int64_t)h * c->head_dim_k;
+            if (c->qk_norm) rmsnorm(kh, kh, L->k_norm.data, c->head_dim_k, c->eps);
+            rope(kh, c->n_rot, c->rope_style, inv_freq, (float)r->pos * pscale);
+        }
+        gt_kv_write(r->s, j->il, r->pos, kt, sc->v + t * vd);
+        gt_kv_attend(r->s, j->il, qt, r->pos, sc->att + t * od, &g->attn);
+    }
+}
+
+/* Rows [0, n) through every layer; leaves the final hidden states (after the output norm) in
+ * sc->xn. */
+static void run_layers(const geist_model *m, const gt_batch_row *rows, int32_t n,
+                       int32_t n_groups, gt_fwd_scratch *sc) {
+    const gt_config *c = &m->cfg;
+    const gt_backend *be = m->backend;
+    gt_pool *pool = m->engine->pool;
+    const int64_t d = c->d_model;
 
     for (int32_t t = 0; t < n; t++) {
         float *xt = sc->x + t * d;
-        be->get_row(&m->tok_embd, ids[t], xt);
+        be->get_row(&m->tok_embd, rows[t].id, xt);
         if (c->embed_scale != 1.0f)
             for (int64_t i = 0; i < d; i++) xt[i] *= c->embed_scale;
     }
     for (int32_t il = 0; il < c->n_layer; il++) {
         const gt_layer *L = &m->layers[il];
-        for (int32_t t = 0; t < n; t++) rmsnorm(sc->xn + t * d, sc->x + t * d, L->attn_norm.data, d, c->eps);
+        for (int32_t t = 0; t < n; t++)
+            rmsnorm(sc->xn + t * d, sc->x + t * d, L->attn_norm.data, d, c->eps);
         matmul(pool, be, &L->wq, sc->xn, n, sc->q, sc->tmp);
         matmul(pool, be, &L->wk, sc->xn, n, sc->k, sc->tmp);
         matmul(pool, be, &L->wv, sc->xn, n, sc->v, sc->tmp);
-        const float *inv_freq = L->sliding ? m->inv_freq_local : m->inv_freq_global;
-        const float pscale = L->sliding ? 1.0f : c->rope_scale_global;
-        for (int32_t t = 0; t < n; t++) {
-            const int32_t pos = pos0 + t;
-            float *qt = sc->q + t * qd, *kt = sc->k + t * kd;
-            for (int32_t h = 0; h < c->n_head; h++) {
-                float *qh = qt + (int64_t)h * c->head_dim_k;
-                if (c->qk_norm) rmsnorm(qh, qh, L->q_norm.data, c->head_dim_k, c->eps);
-                rope(qh, c->n_rot, c->rope_style, inv_freq, (float)pos * pscale);
-            }
-            for (int32_t h = 0; h < c->n_head_kv; h++) {
-                float *kh = kt + (int64_t)h * c->head_dim_k;
-                if (c->qk_norm) rmsnorm(kh, kh, L->k_norm.data, c->head_dim_k, c->eps);
-                rope(kh, c->n_rot, c->rope_style, inv_freq, (float)pos * pscale);
-            }
-            /* Store this token's K/V, then attend: in this order a ring never loses a row that
-             * a later token of the same chunk still needs. */
-            gt_kv_write(s, il, pos, kt, sc->v + t * vd);
-            gt_kv_attend(s, il, qt, pos, sc->att + t * od, &sc->attn);
-        }
+        attn_job aj = {m, rows, sc, il};
+        gt_pool_run(pool, n_groups, 0, attn_task, &aj, sc->tmp);
         matmul(pool, be, &L->wo, sc->att, n, sc->o, sc->tmp);
         for (int32_t t = 0; t < n; t++) {
             float *ot = sc->o + t * d, *xt = sc->x + t * d;
@@ -183,35 +282,91 @@ static void run_layers(geist_session *s, const int32_t *ids, int32_t n, int32_t 
             for (int64_t i = 0; i < d; i++) xt[i] += ot[i];
         }
     }
-    for (int32_t t = 0; t < n; t++) rmsnorm(sc->xn + t * d, sc->x + t * d, m->output_norm.data, d, c->eps);
+    for (int32_t t = 0; t < n; t++)
+        rmsnorm(sc->xn + t * d, sc->x + t * d, m->output_norm.data, d, c->eps);
 }
+
+geist_status gt_forward_batch(const geist_model *m, const gt_batch_row *rows, int32_t n,
+                              gt_fwd_scratch *sc, gt_err *err) {
+    if (n <= 0) return GEIST_OK;
+    const gt_config *c = &m->cfg;
+    const int64_t d = c->d_model;
+    int32_t n_groups = 0, max_ctx = 1, n_lg = 0;
+    for (int32_t t = 0; t < n; t++) {
+        if (t == 0 || rows[t].s != rows[t - 1].s) n_groups++;
+        if (rows[t].s->max_seq_len > max_ctx) max_ctx = rows[t].s->max_seq_len;
+        if (rows[t].logits) n_lg++;
+    }
+    if (!grow_rows(sc, c, n) || !grow_groups(sc, c, n_groups, max_ctx))
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory for activations");
+    int32_t gi = -1;
+    for (int32_t t = 0; t < n; t++) {
+        if (t == 0 || rows[t].s != rows[t - 1].s) {
+            sc->groups[++gi].r0 = t;
+            sc->groups[gi].n = 0;
+        }
+        sc->groups[gi].n++;
+    }
+    run_layers(m, rows, n, n_groups, sc);
+
+    /* Output rows: straight into the destination when the rows asking for logits are all rows
+     * and their buffers are consecutive (teacher forcing), else through scratch. */
+    const size_t nv = (size_t)c->n_vocab;
+    bool direct = n_lg == n;
+    for (int32_t t = 1; direct && t < n; t++) direct = rows[t].logits == rows[0].logits + t * nv;
+    if (direct) {
+        pool_matmul(m->engine->pool, m->backend, &m->output, sc->xn, n, rows[0].logits,
+                    c->n_vocab, sc->tmp);
+    } else if (n_lg > 0) {
+        if (!grow_logits(sc, c, n_lg))
+            return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory for logits");
+        /* gather the rows that want logits to the front of xn (rows only move forward) */
+        int32_t k = 0;
+        for (int32_t t = 0; t < n; t++)
+            if (rows[t].logits) {
+                if (k != t) memcpy(sc->xn + k * d, sc->xn + t * d, (size_t)d * sizeof(float));
+                k++;
+            }
+        pool_matmul(m->engine->pool, m->backend, &m->output, sc->xn, n_lg, sc->lg, c->n_vocab,
+                    sc->tmp);
+        k = 0;
+        for (int32_t t = 0; t < n; t++)
+            if (rows[t].logits) memcpy(rows[t].logits, sc->lg + (size_t)k++ * nv, nv * sizeof(float));
+    }
+    for (int32_t g = 0; g < n_groups; g++) {
+        const gt_batch_row *last = &rows[sc->groups[g].r0 + sc->groups[g].n - 1];
+        geist_session *s = last->s;
+        s->n_past = last->pos + 1;
+        if (last->logits == s->logits) s->has_logits = true;
+    }
+    return GEIST_OK;
+}
+
+#define GT_CHUNK 32 /* tokens per pass for one session's prefill: bounds scratch */
 
 geist_status gt_forward(geist_session *s, const int32_t *ids, int32_t n, float *all_logits,
                         gt_err *err) {
     const geist_model *m = s->model;
-    const gt_config *c = &m->cfg;
-    scratch sc;
-    const int32_t chunk = n < GT_CHUNK ? n : GT_CHUNK;
-    if (!alloc_scratch(&sc, c, chunk, s->max_seq_len))
-        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory for activations");
-    const int64_t d = c->d_model;
-    for (int32_t done = 0; done < n; done += chunk) {
-        const int32_t cn = n - done < chunk ? n - done : chunk;
-        run_layers(s, ids + done, cn, s->n_past, &sc);
-        if (all_logits) {
-            float *dst = all_logits + (size_t)done * (size_t)c->n_vocab;
-            pool_matmul(m->engine->pool, m->backend, &m->output, sc.xn, cn, dst, c->n_vocab,
-                        sc.tmp);
-            if (done + cn == n)
-                memcpy(s->logits, dst + (size_t)(cn - 1) * (size_t)c->n_vocab,
-                       (size_t)c->n_vocab * sizeof(float));
-        } else if (done + cn == n) {
-            pool_matmul(m->engine->pool, m->backend, &m->output, sc.xn + (cn - 1) * d, 1,
-                        s->logits, c->n_vocab, sc.tmp);
+    const size_t nv = (size_t)m->cfg.n_vocab;
+    gt_fwd_scratch *sc = gt_fwd_scratch_create();
+    gt_batch_row rows[GT_CHUNK];
+    if (!sc) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory for activations");
+    geist_status st = GEIST_OK;
+    for (int32_t done = 0; done < n && st == GEIST_OK; done += GT_CHUNK) {
+        const int32_t cn = n - done < GT_CHUNK ? n - done : GT_CHUNK;
+        for (int32_t t = 0; t < cn; t++) {
+            rows[t].s = s;
+            rows[t].id = ids[done + t];
+            rows[t].pos = s->n_past + t;
+            rows[t].logits = all_logits ? all_logits + (size_t)(done + t) * nv : NULL;
         }
-        s->n_past += cn;
+        if (!all_logits && done + cn == n) rows[cn - 1].logits = s->logits;
+        st = gt_forward_batch(m, rows, cn, sc, err);
     }
-    s->has_logits = true;
-    free_scratch(&sc);
-    return GEIST_OK;
+    if (st == GEIST_OK && all_logits) {
+        memcpy(s->logits, all_logits + (size_t)(n - 1) * nv, nv * sizeof(float));
+        s->has_logits = true;
+    }
+    gt_fwd_scratch_free(sc);
+    return st;
 }

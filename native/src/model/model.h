@@ -12,6 +12,7 @@
 
 struct gt_tokenizer;
 struct gt_pool;
+struct gt_runtime;
 
 typedef enum gt_arch { GT_ARCH_LLAMA = 0, GT_ARCH_GEMMA3 = 1 } gt_arch;
 typedef enum gt_rope_style {
@@ -62,6 +63,7 @@ struct geist_model {
     struct gt_tokenizer *tokenizer;
     uint64_t owned_weight_bytes;
     uint64_t weight_bytes;
+    uint64_t identity; /* hash of the GGUF bytes before the tensor data (session snapshots) */
     pthread_mutex_t err_lock;
     gt_err last_err;
 };
@@ -70,6 +72,7 @@ struct geist_engine {
     const gt_backend *backend;
     int32_t n_threads;
     struct gt_pool *pool; /* n_threads - 1 workers for the matmuls (runtime/pool.h) */
+    struct gt_runtime *runtime; /* async requests (runtime/runtime.h) */
 };
 
 /* Accessors used by the other rooms (tokenizer API glue, chat templates, sessions). */
@@ -78,6 +81,11 @@ const struct gt_tokenizer *gt_model_tokenizer(const geist_model *m);
 /* Records err as the model's last error (thread-safe) and as this thread's last error; returns
  * err->status. */
 geist_status gt_model_record_error(const geist_model *m, const gt_err *err);
+
+/* FNV-1a style 64-bit hash over 8-byte words (session/snapshot.c): the model identity of
+ * snapshots (over the header, metadata and tensor table) and the images' checksum. */
+uint64_t gt_hash64(uint64_t h, const void *data, size_t n);
+#define GT_HASH64_INIT 0xcbf29ce484222325ull
 
 /* Reads the architecture config and binds the weights (arch.c). */
 geist_status gt_arch_load(geist_model *m, gt_err *err);

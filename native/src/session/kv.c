@@ -1,4 +1,20 @@
-/* KV cache rows: storing and attending in the session's KV mode. */
+/* KV cache rows: storing and attending in the session's KV mode.
+ *
+ * Formats (per position and KV head unless said otherwise; docs/MEMORY.md has the byte formulas):
+ *  F32, F16  plain rows.
+ *  INT8      f32 scale + head_dim int8 codes, symmetric (scale = max|x| / 127).
+ *  INT4      per group of 32 channels: f16 scale + 16 bytes of 4-bit codes, x = (code - 8) * d
+ *            with d = (the value of largest magnitude) / -8 (the Q4_0 rule). When head_dim is a
+ *            power of two (<= 512), each head's K and V are first rotated by the normalized
+ *            Walsh-Hadamard transform H (orthonormal, H = H^T = H^-1), which spreads outlier
+ *            channels over the group: q.k = (Hq).(Hk), so the query is rotated once per head,
+ *            and sum w (Hv) = H (sum w v), so the output is rotated back once per head.
+ *  KIVI2     K per channel over blocks of GT_KIVI_GROUP tokens (f16 min, f16 step, 2-bit codes per
+ *            channel), V per token in groups of 32 channels (f16 min, f16 step, 2-bit codes); the
+ *            newest tokens of an incomplete block stay in an F16 residual and are quantized when
+ *            their block completes.
+ * Attention reads every format in place (no dequantized copy of the cache). Dot products use 8
+ * partial sums in a fixed order, so the F16C path and the portable path give identical bits. */
 #include "kv.h"
 
 #include <math.h>
@@ -6,6 +22,147 @@
 #include <string.h>
 
 #include "../util/util.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KV_HAVE_X86 1
+#define KV_TARGET __attribute__((target("avx2,f16c")))
+#endif
+
+#define G GT_KIVI_GROUP
+#define QG GT_QGROUP
+#define Q4_GROUP_BYTES (2 + QG / 2)  /* f16 scale + 32 nibbles */
+#define Q2_GROUP_BYTES (4 + QG / 4)  /* f16 min + f16 step + 32 2-bit codes */
+#define KIVI_CHAN_BYTES (4 + G / 4)  /* per channel of a K block: f16 min, f16 step, codes */
+
+static int32_t n_groups(int32_t hd) { return (hd + QG - 1) / QG; }
+
+#define HADAMARD_MAX 512
+static bool use_hadamard(int32_t mode, int32_t hd) {
+    return mode == GEIST_KV_INT4 && hd >= 2 && hd <= HADAMARD_MAX && (hd & (hd - 1)) == 0;
+}
+
+/* In-place normalized fast Walsh-Hadamard transform of n (a power of two) values. */
+static void fwht(float *x, int32_t n) {
+    for (int32_t len = 1; len < n; len <<= 1)
+        for (int32_t i = 0; i < n; i += len << 1)
+            for (int32_t j = i; j < i + len; j++) {
+                const float a = x[j], b = x[j + len];
+                x[j] = a + b;
+                x[j + len] = a - b;
+            }
+    const float sc = 1.0f / sqrtf((float)n);
+    for (int32_t i = 0; i < n; i++) x[i] *= sc;
+}
+
+bool gt_kv_mode_valid(int32_t mode) { return mode >= GEIST_KV_F32 && mode <= GEIST_KV_KIVI2; }
+
+const char *gt_kv_mode_name(int32_t mode) {
+    switch (mode) {
+    case GEIST_KV_F32: return "f32";
+    case GEIST_KV_F16: return "f16";
+    case GEIST_KV_INT8: return "int8";
+    case GEIST_KV_INT4: return "int4";
+    case GEIST_KV_KIVI2: return "kivi2";
+    default: return "unknown";
+    }
+}
+
+static size_t head_bytes(int32_t mode, int32_t hd) {
+    switch (mode) {
+    case GEIST_KV_F32: return (size_t)hd * 4;
+    case GEIST_KV_F16: return (size_t)hd * 2;
+    case GEIST_KV_INT8: return 4 + (size_t)hd;
+    case GEIST_KV_INT4: return (size_t)n_groups(hd) * Q4_GROUP_BYTES;
+    case GEIST_KV_KIVI2: return (size_t)n_groups(hd) * Q2_GROUP_BYTES; /* V records */
+    default: return 0;
+    }
+}
+
+void gt_kv_geom_init(gt_kv_geom *g, const gt_config *c, int32_t mode) {
+    memset(g, 0, sizeof *g);
+    g->mode = mode;
+    const size_t nkv = (size_t)c->n_head_kv;
+    g->vrow = nkv * head_bytes(mode, c->head_dim_v);
+    if (mode == GEIST_KV_KIVI2) {
+        g->kblock = nkv * (size_t)c->head_dim_k * KIVI_CHAN_BYTES;
+        g->resid_row_k = nkv * (size_t)c->head_dim_k * 2;
+        g->resid_row_v = nkv * (size_t)c->head_dim_v * 2;
+    } else {
+        g->krow = nkv * head_bytes(mode, c->head_dim_k);
+    }
+}
+
+int32_t gt_kv_layer_rows(const gt_kv_geom *g, bool sliding, int32_t window, int32_t cap,
+                         bool *ring) {
+    if (g->mode == GEIST_KV_KIVI2) {
+        /* whole blocks only; a ring keeps ceil(window / G) blocks, enough for every position a
+         * query sees (a block is overwritten only once all its tokens left the window) */
+        const int64_t wr = ((int64_t)window + G - 1) / G * G;
+        *ring = sliding && wr < cap;
+        return *ring ? (int32_t)wr : cap / G * G;
+    }
+    *ring = sliding && window < cap;
+    return *ring ? window : cap;
+}
+
+uint64_t gt_kv_layer_bytes(const gt_kv_geom *g, int32_t rows) {
+    uint64_t b = (uint64_t)rows * (g->krow + g->vrow);
+    if (g->mode == GEIST_KV_KIVI2)
+        b += (uint64_t)(rows / G) * g->kblock + (uint64_t)G * (g->resid_row_k + g->resid_row_v);
+    return b;
+}
+
+static void *alloc_commit(size_t n, size_t size, bool *ok) {
+    if (n == 0 || size == 0) return NULL;
+    void *p = gt_malloc_array(n, size);
+    if (!p) {
+        *ok = false;
+        return NULL;
+    }
+    /* Committed now (written once), so the game pays the whole cost at creation and never takes
+     * page faults mid-conversation; the bytes counted are the bytes resident. */
+    gt_commit_zero(p, n * size);
+    return p;
+}
+
+bool gt_kv_layer_alloc(gt_kv_layer *kv, const gt_kv_geom *g, int32_t rows, bool ring) {
+    memset(kv, 0, sizeof *kv);
+    kv->rows = rows;
+    kv->ring = ring;
+    bool ok = true;
+    if (g->mode == GEIST_KV_KIVI2) {
+        kv->k = alloc_commit((size_t)(rows / G), g->kblock, &ok);
+        kv->rk = alloc_commit(G, g->resid_row_k, &ok);
+        kv->rv = alloc_commit(G, g->resid_row_v, &ok);
+    } else {
+        kv->k = alloc_commit((size_t)rows, g->krow, &ok);
+    }
+    kv->v = alloc_commit((size_t)rows, g->vrow, &ok);
+    if (!ok) gt_kv_layer_free(kv);
+    return ok;
+}
+
+void gt_kv_layer_free(gt_kv_layer *kv) {
+    free(kv->k);
+    free(kv->v);
+    free(kv->rk);
+    free(kv->rv);
+    kv->k = kv->v = NULL;
+    kv->rk = kv->rv = NULL;
+}
+
+void gt_kv_layer_copy(gt_kv_layer *dst, const gt_kv_layer *src, const gt_kv_geom *g) {
+    const size_t rows = (size_t)src->rows;
+    if (g->mode == GEIST_KV_KIVI2) {
+        if (src->k) memcpy(dst->k, src->k, rows / G * g->kblock);
+        memcpy(dst->rk, src->rk, G * g->resid_row_k);
+        memcpy(dst->rv, src->rv, G * g->resid_row_v);
+    } else if (src->k) {
+        memcpy(dst->k, src->k, rows * g->krow);
+    }
+    if (src->v) memcpy(dst->v, src->v, rows * g->vrow);
+}
 
 bool gt_attn_scratch_init(gt_attn_scratch *a, const gt_config *c, int32_t max_ctx) {
     a->scores = malloc((size_t)max_ctx * sizeof(float));
@@ -25,75 +182,467 @@ void gt_attn_scratch_free(gt_attn_scratch *a) {
     a->scores = a->row_k = a->row_v = NULL;
 }
 
-static void kv_store(void *dst, int32_t mode, const float *src, int64_t n) {
-    if (mode == GEIST_KV_F32) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
-    } else {
-        uint16_t *h = dst;
-        for (int64_t i = 0; i < n; i++) h[i] = gt_f32_to_f16(src[i]);
+/* ---- vector helpers: 8 partial sums, reduced in one fixed order ----------------------------- */
+
+static float reduce8(const float l[8]) {
+    const float t0 = l[0] + l[4], t1 = l[1] + l[5], t2 = l[2] + l[6], t3 = l[3] + l[7];
+    return (t0 + t2) + (t1 + t3);
+}
+
+static float dot_f32_port(const float *a, const float *b, int32_t n) {
+    float l[8] = {0};
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int32_t j = 0; j < 8; j++) l[j] += a[i + j] * b[i + j];
+    float s = reduce8(l);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static float dot_f16_port(const float *a, const uint16_t *h, int32_t n) {
+    float l[8] = {0};
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int32_t j = 0; j < 8; j++) l[j] += a[i + j] * gt_f16_to_f32(h[i + j]);
+    float s = reduce8(l);
+    for (; i < n; i++) s += a[i] * gt_f16_to_f32(h[i]);
+    return s;
+}
+
+static void axpy_f16_port(float *o, float w, const uint16_t *h, int32_t n) {
+    for (int32_t i = 0; i < n; i++) o[i] += w * gt_f16_to_f32(h[i]);
+}
+
+#ifdef KV_HAVE_X86
+static KV_TARGET float dot_f32_avx(const float *a, const float *b, int32_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    float s = reduce8(l);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static KV_TARGET float dot_f16_avx(const float *a, const uint16_t *h, int32_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 k = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + i)));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), k));
+    }
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    float s = reduce8(l);
+    for (; i < n; i++) s += a[i] * gt_f16_to_f32(h[i]);
+    return s;
+}
+
+static KV_TARGET void axpy_f16_avx(float *o, float w, const uint16_t *h, int32_t n) {
+    const __m256 vw = _mm256_set1_ps(w);
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + i)));
+        _mm256_storeu_ps(o + i, _mm256_add_ps(_mm256_loadu_ps(o + i), _mm256_mul_ps(vw, v)));
+    }
+    for (; i < n; i++) o[i] += w * gt_f16_to_f32(h[i]);
+}
+
+static bool has_simd(void) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}
+#else
+static bool has_simd(void) { return false; }
+#endif
+
+typedef struct vec_ops {
+    float (*dot_f32)(const float *, const float *, int32_t);
+    float (*dot_f16)(const float *, const uint16_t *, int32_t);
+    void (*axpy_f16)(float *, float, const uint16_t *, int32_t);
+} vec_ops;
+
+static vec_ops pick_ops(void) {
+#ifdef KV_HAVE_X86
+    if (has_simd()) return (vec_ops){dot_f32_avx, dot_f16_avx, axpy_f16_avx};
+#endif
+    (void)has_simd;
+    return (vec_ops){dot_f32_port, dot_f16_port, axpy_f16_port};
+}
+
+static void axpy_f32(float *o, float w, const float *x, int32_t n) {
+    for (int32_t i = 0; i < n; i++) o[i] += w * x[i];
+}
+
+static float rd_f32(const uint8_t *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+
+static float rd_f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return gt_f16_to_f32(h);
+}
+
+static void wr_f16(uint8_t *p, float f) {
+    const uint16_t h = gt_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+/* ---- quantizers (one head of hd values) ----------------------------------------------------- */
+
+static void quant_int8(uint8_t *dst, const float *x, int32_t hd) {
+    float amax = 0.0f;
+    for (int32_t i = 0; i < hd; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    memcpy(dst, &d, 4);
+    int8_t *q = (int8_t *)(dst + 4);
+    for (int32_t i = 0; i < hd; i++) {
+        float r = roundf(x[i] * id);
+        q[i] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
     }
 }
 
-static const float *kv_load(const void *src, int32_t mode, int64_t n, float *buf) {
-    if (mode == GEIST_KV_F32) return src;
-    const uint16_t *h = src;
-    for (int64_t i = 0; i < n; i++) buf[i] = gt_f16_to_f32(h[i]);
-    return buf;
+static void quant_int4(uint8_t *dst, const float *x, int32_t hd) {
+    for (int32_t g0 = 0; g0 < hd; g0 += QG, dst += Q4_GROUP_BYTES) {
+        const int32_t n = hd - g0 < QG ? hd - g0 : QG;
+        float m = 0.0f;
+        for (int32_t i = 0; i < n; i++)
+            if (fabsf(x[g0 + i]) > fabsf(m)) m = x[g0 + i];
+        wr_f16(dst, m / -8.0f);
+        const float d = rd_f16(dst); /* quantize with the step as stored */
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint8_t *q = dst + 2;
+        memset(q, 0x88, QG / 2); /* code 8 = 0 for the unused tail */
+        for (int32_t i = 0; i < n; i++) {
+            float r = roundf(x[g0 + i] * id) + 8.0f;
+            const uint8_t c = (uint8_t)(r < 0.0f ? 0.0f : r > 15.0f ? 15.0f : r);
+            q[i / 2] = (uint8_t)(i % 2 ? (q[i / 2] & 0x0f) | (c << 4) : (q[i / 2] & 0xf0) | c);
+        }
+    }
+}
+
+/* Asymmetric 2-bit over n F16 values at stride `stride` (KIVI reads its F16 residual): writes
+ * f16 min, f16 step and n codes (4 per byte, zeroed first) to dst. */
+static void quant_q2(uint8_t *dst, const uint16_t *x, int32_t n, int64_t stride, uint8_t *codes) {
+    float mn = INFINITY, mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++) {
+        const float f = gt_f16_to_f32(x[i * stride]);
+        mn = fminf(mn, f);
+        mx = fmaxf(mx, f);
+    }
+    wr_f16(dst, mn);
+    wr_f16(dst + 2, (mx - mn) / 3.0f);
+    const float m = rd_f16(dst), d = rd_f16(dst + 2);
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    memset(codes, 0, (size_t)(n + 3) / 4);
+    for (int32_t i = 0; i < n; i++) {
+        float r = roundf((gt_f16_to_f32(x[i * stride]) - m) * id);
+        const uint8_t c = (uint8_t)(r < 0.0f ? 0.0f : r > 3.0f ? 3.0f : r);
+        codes[i / 4] = (uint8_t)(codes[i / 4] | (c << (2 * (i % 4))));
+    }
+}
+
+/* One KIVI V record (per token): groups of QG channels, from F16 values. */
+static void quant_v2(uint8_t *dst, const uint16_t *x, int32_t nkv, int32_t hd) {
+    for (int32_t h = 0; h < nkv; h++, x += hd) {
+        for (int32_t g0 = 0; g0 < hd; g0 += QG, dst += Q2_GROUP_BYTES) {
+            const int32_t n = hd - g0 < QG ? hd - g0 : QG;
+            memset(dst + 4, 0, QG / 4);
+            quant_q2(dst, x + g0, n, 1, dst + 4);
+        }
+    }
+}
+
+static void quant_row(uint8_t *dst, int32_t mode, const float *x, int32_t nkv, int32_t hd) {
+    const size_t hb = head_bytes(mode, hd);
+    for (int32_t h = 0; h < nkv; h++, dst += hb, x += hd) {
+        switch (mode) {
+        case GEIST_KV_F32: memcpy(dst, x, (size_t)hd * 4); break;
+        case GEIST_KV_F16:
+            for (int32_t i = 0; i < hd; i++) wr_f16(dst + 2 * i, x[i]);
+            break;
+        case GEIST_KV_INT8: quant_int8(dst, x, hd); break;
+        default:
+            if (use_hadamard(mode, hd)) {
+                float rot[HADAMARD_MAX];
+                memcpy(rot, x, (size_t)hd * sizeof(float));
+                fwht(rot, hd);
+                quant_int4(dst, rot, hd);
+            } else {
+                quant_int4(dst, x, hd);
+            }
+            break;
+        }
+    }
+}
+
+static inline int32_t slot_of(const gt_kv_layer *kv, int32_t q) { return kv->ring ? q % kv->rows : q; }
+
+static inline int32_t block_slot(const gt_kv_layer *kv, int32_t b) {
+    return kv->ring ? b % (kv->rows / G) : b;
+}
+
+/* KIVI: quantizes the complete residual block b (K per channel, V per token). */
+static void kivi_close_block(const gt_kv_layer *kv, const gt_kv_geom *g, const gt_config *c,
+                             int32_t b) {
+    const int32_t hk = c->head_dim_k, hv = c->head_dim_v, nkv = c->n_head_kv;
+    const int64_t kd = (int64_t)nkv * hk, vd = (int64_t)nkv * hv;
+    const int32_t sb = block_slot(kv, b);
+    uint8_t *blk = (uint8_t *)kv->k + (size_t)sb * g->kblock;
+    for (int32_t h = 0; h < nkv; h++) {
+        uint8_t *hb = blk + (size_t)h * (size_t)hk * KIVI_CHAN_BYTES;
+        for (int32_t ch = 0; ch < hk; ch++) {
+            uint8_t *cb = hb + (size_t)ch * KIVI_CHAN_BYTES;
+            quant_q2(cb, kv->rk + (int64_t)h * hk + ch, G, kd, cb + 4);
+        }
+    }
+    for (int32_t t = 0; t < G; t++)
+        quant_v2((uint8_t *)kv->v + (size_t)(sb * G + t) * g->vrow, kv->rv + t * vd, nkv, hv);
+}
+
+void gt_kivi_unquantize(const gt_kv_layer *kv, const gt_kv_geom *g, const gt_config *c,
+                        int32_t n) {
+    const int32_t hk = c->head_dim_k, hv = c->head_dim_v, nkv = c->n_head_kv;
+    const int64_t kd = (int64_t)nkv * hk, vd = (int64_t)nkv * hv;
+    const int32_t b = n / G, sb = block_slot(kv, b);
+    const uint8_t *blk = (const uint8_t *)kv->k + (size_t)sb * g->kblock;
+    for (int32_t t = 0; t < n % G; t++) {
+        for (int32_t h = 0; h < nkv; h++) {
+            const uint8_t *hb = blk + (size_t)h * (size_t)hk * KIVI_CHAN_BYTES;
+            for (int32_t ch = 0; ch < hk; ch++) {
+                const uint8_t *cb = hb + (size_t)ch * KIVI_CHAN_BYTES;
+                const int code = (cb[4 + t / 4] >> (2 * (t % 4))) & 3;
+                kv->rk[t * kd + (int64_t)h * hk + ch] =
+                    gt_f32_to_f16(rd_f16(cb) + (float)code * rd_f16(cb + 2));
+            }
+            const uint8_t *vr = (const uint8_t *)kv->v + (size_t)(sb * G + t) * g->vrow +
+                                (size_t)h * head_bytes(GEIST_KV_KIVI2, hv);
+            for (int32_t i = 0; i < hv; i++) {
+                const uint8_t *gb = vr + (size_t)(i / QG) * Q2_GROUP_BYTES;
+                const int32_t j = i % QG;
+                const int code = (gb[4 + j / 4] >> (2 * (j % 4))) & 3;
+                kv->rv[t * vd + (int64_t)h * hv + i] =
+                    gt_f32_to_f16(rd_f16(gb) + (float)code * rd_f16(gb + 2));
+            }
+        }
+    }
+}
+
+void gt_kv_write(geist_session *s, int32_t layer, int32_t pos, const float *k, const float *v) {
+    const gt_config *c = &s->model->cfg;
+    const gt_kv_layer *kv = &s->kv[layer];
+    const gt_kv_geom *g = &s->geom;
+    const int32_t q = pos - s->n_prefix;
+    if (g->mode == GEIST_KV_KIVI2) {
+        const int64_t kd = (int64_t)c->n_head_kv * c->head_dim_k;
+        const int64_t vd = (int64_t)c->n_head_kv * c->head_dim_v;
+        const int32_t r = q % G;
+        for (int64_t i = 0; i < kd; i++) kv->rk[r * kd + i] = gt_f32_to_f16(k[i]);
+        for (int64_t i = 0; i < vd; i++) kv->rv[r * vd + i] = gt_f32_to_f16(v[i]);
+        if (r == G - 1 && kv->rows > 0) kivi_close_block(kv, g, c, q / G);
+        return;
+    }
+    const size_t row = (size_t)slot_of(kv, q);
+    quant_row((uint8_t *)kv->k + row * g->krow, g->mode, k, c->n_head_kv, c->head_dim_k);
+    quant_row((uint8_t *)kv->v + row * g->vrow, g->mode, v, c->n_head_kv, c->head_dim_v);
+}
+
+/* One storage (the session's own or the shared prefix's) seen by a query. */
+typedef struct kv_seg {
+    const gt_kv_layer *kv;
+    const gt_kv_geom *g;
+    int32_t written; /* storage positions written so far */
+} kv_seg;
+
+/* scores[j] = q . K[a + j] for storage positions a..b of KV head h. */
+static void seg_scores(const kv_seg *sg, const gt_config *c, const vec_ops *ops, int32_t h,
+                       const float *qh, int32_t a, int32_t b, float *scores, float *tmp) {
+    const gt_kv_layer *kv = sg->kv;
+    const gt_kv_geom *g = sg->g;
+    const int32_t hk = c->head_dim_k;
+    if (g->mode != GEIST_KV_KIVI2) {
+        const size_t hb = head_bytes(g->mode, hk);
+        for (int32_t p = a; p <= b; p++) {
+            const uint8_t *r = (const uint8_t *)kv->k + (size_t)slot_of(kv, p) * g->krow +
+                               (size_t)h * hb;
+            float dot = 0.0f;
+            switch (g->mode) {
+            case GEIST_KV_F32: dot = ops->dot_f32(qh, (const float *)(const void *)r, hk); break;
+            case GEIST_KV_F16: dot = ops->dot_f16(qh, (const uint16_t *)(const void *)r, hk); break;
+            case GEIST_KV_INT8: {
+                const int8_t *cd = (const int8_t *)(r + 4);
+                float acc = 0.0f;
+                for (int32_t i = 0; i < hk; i++) acc += qh[i] * (float)cd[i];
+                dot = acc * rd_f32(r);
+                break;
+            }
+            default: { /* INT4 */
+                for (int32_t g0 = 0; g0 < hk; g0 += QG, r += Q4_GROUP_BYTES) {
+                    const int32_t n = hk - g0 < QG ? hk - g0 : QG;
+                    float acc = 0.0f;
+                    for (int32_t i = 0; i < n; i++) {
+                        const int code = (r[2 + i / 2] >> (4 * (i % 2))) & 15;
+                        acc += qh[g0 + i] * (float)(code - 8);
+                    }
+                    dot += acc * rd_f16(r);
+                }
+            }
+            }
+            scores[p - a] = dot;
+        }
+        return;
+    }
+    /* KIVI: quantized blocks below the boundary, the F16 residual above it */
+    const int32_t bound = gt_kivi_boundary(sg->written);
+    const int64_t kd = (int64_t)c->n_head_kv * hk;
+    for (int32_t p = a; p <= b;) {
+        if (p >= bound) {
+            scores[p - a] = ops->dot_f16(qh, kv->rk + (p % G) * kd + (int64_t)h * hk, hk);
+            p++;
+            continue;
+        }
+        const int32_t blk = p / G;
+        const int32_t t0 = p - blk * G;
+        const int32_t last = b < bound - 1 ? b : bound - 1;
+        const int32_t t1 = last < blk * G + G - 1 ? last - blk * G : G - 1;
+        const uint8_t *hb = (const uint8_t *)kv->k + (size_t)block_slot(kv, blk) * g->kblock +
+                            (size_t)h * (size_t)hk * KIVI_CHAN_BYTES;
+        float acc[G] = {0};
+        float base = 0.0f;
+        for (int32_t ch = 0; ch < hk; ch++) {
+            const uint8_t *cb = hb + (size_t)ch * KIVI_CHAN_BYTES;
+            base += qh[ch] * rd_f16(cb);
+            tmp[ch] = qh[ch] * rd_f16(cb + 2);
+        }
+        for (int32_t ch = 0; ch < hk; ch++) {
+            const uint8_t *codes = hb + (size_t)ch * KIVI_CHAN_BYTES + 4;
+            const float w = tmp[ch];
+            for (int32_t t = t0; t <= t1; t++) acc[t] += w * (float)((codes[t >> 2] >> (2 * (t & 3))) & 3);
+        }
+        for (int32_t t = t0; t <= t1; t++) scores[blk * G + t - a] = base + acc[t];
+        p = blk * G + t1 + 1;
+    }
+}
+
+/* oh += sum_j w[j] V[a + j] for storage positions a..b of KV head h. */
+static void seg_values(const kv_seg *sg, const gt_config *c, const vec_ops *ops, int32_t h,
+                       const float *w, int32_t a, int32_t b, float *oh) {
+    const gt_kv_layer *kv = sg->kv;
+    const gt_kv_geom *g = sg->g;
+    const int32_t hv = c->head_dim_v;
+    const size_t hb = head_bytes(g->mode, hv);
+    const int32_t bound = g->mode == GEIST_KV_KIVI2 ? gt_kivi_boundary(sg->written) : 0;
+    const int64_t vd = (int64_t)c->n_head_kv * hv;
+    for (int32_t p = a; p <= b; p++) {
+        const float wt = w[p - a];
+        if (g->mode == GEIST_KV_KIVI2 && p >= bound) {
+            ops->axpy_f16(oh, wt, kv->rv + (p % G) * vd + (int64_t)h * hv, hv);
+            continue;
+        }
+        int32_t row;
+        if (g->mode == GEIST_KV_KIVI2) row = block_slot(kv, p / G) * G + p % G;
+        else row = slot_of(kv, p);
+        const uint8_t *r = (const uint8_t *)kv->v + (size_t)row * g->vrow + (size_t)h * hb;
+        switch (g->mode) {
+        case GEIST_KV_F32: axpy_f32(oh, wt, (const float *)(const void *)r, hv); break;
+        case GEIST_KV_F16: ops->axpy_f16(oh, wt, (const uint16_t *)(const void *)r, hv); break;
+        case GEIST_KV_INT8: {
+            const int8_t *cd = (const int8_t *)(r + 4);
+            const float ws = wt * rd_f32(r);
+            for (int32_t i = 0; i < hv; i++) oh[i] += ws * (float)cd[i];
+            break;
+        }
+        case GEIST_KV_INT4:
+            for (int32_t g0 = 0; g0 < hv; g0 += QG, r += Q4_GROUP_BYTES) {
+                const int32_t n = hv - g0 < QG ? hv - g0 : QG;
+                const float ws = wt * rd_f16(r);
+                for (int32_t i = 0; i < n; i++)
+                    oh[g0 + i] += ws * (float)(((r[2 + i / 2] >> (4 * (i % 2))) & 15) - 8);
+            }
+            break;
+        default: /* KIVI V record */
+            for (int32_t g0 = 0; g0 < hv; g0 += QG, r += Q2_GROUP_BYTES) {
+                const int32_t n = hv - g0 < QG ? hv - g0 : QG;
+                const float wm = wt * rd_f16(r), ws = wt * rd_f16(r + 2);
+                for (int32_t i = 0; i < n; i++)
+                    oh[g0 + i] += wm + ws * (float)((r[4 + i / 4] >> (2 * (i % 4))) & 3);
+            }
+        }
+    }
 }
 
 /* Attention of one token at position pos over the layer's cache (its own K/V already stored). */
 void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t pos, float *out,
                   gt_attn_scratch *sc) {
-    const gt_kv_layer *kv = &s->kv[layer];
     const gt_config *c = &s->model->cfg;
     const int32_t hk = c->head_dim_k, hv = c->head_dim_v;
-    const int64_t kdim = (int64_t)c->n_head_kv * hk, vdim = (int64_t)c->n_head_kv * hv;
-    const size_t es = gt_kv_elem_size(s->kv_mode);
-    const int32_t first = kv->ring ? (pos - kv->rows + 1 > 0 ? pos - kv->rows + 1 : 0) : 0;
+    const bool sliding = s->model->layers[layer].sliding;
+    const int32_t first = sliding && pos - c->sliding_window + 1 > 0 ? pos - c->sliding_window + 1 : 0;
     const int32_t n_ctx = pos - first + 1;
     const int32_t group = c->n_head / c->n_head_kv;
+    const vec_ops ops = pick_ops();
+    /* segments: [first, np) from the shared prefix, [max(first, np), pos] from our own rows */
+    const int32_t np = s->n_prefix;
+    kv_seg segs[2];
+    int32_t lo[2], hi[2], n_seg = 0;
+    if (s->prefix && first < np) {
+        const geist_session *ps = s->prefix->s;
+        segs[n_seg] = (kv_seg){&ps->kv[layer], &ps->geom, np};
+        lo[n_seg] = first;
+        hi[n_seg] = pos < np - 1 ? pos : np - 1;
+        n_seg++;
+    }
+    if (pos >= np) {
+        segs[n_seg] = (kv_seg){&s->kv[layer], &s->geom, pos - np + 1};
+        lo[n_seg] = (first > np ? first : np) - np;
+        hi[n_seg] = pos - np;
+        n_seg++;
+    }
     for (int32_t h = 0; h < c->n_head; h++) {
         const int32_t g = h / group;
         const float *qh = q + (int64_t)h * hk;
+        int32_t j = 0;
+        for (int32_t i = 0; i < n_seg; i++) {
+            const float *qs = qh;
+            float qrot[HADAMARD_MAX];
+            if (use_hadamard(segs[i].g->mode, hk)) {
+                memcpy(qrot, qh, (size_t)hk * sizeof(float));
+                fwht(qrot, hk);
+                qs = qrot;
+            }
+            seg_scores(&segs[i], c, &ops, g, qs, lo[i], hi[i], sc->scores + j, sc->row_k);
+            j += hi[i] - lo[i] + 1;
+        }
         float maxv = -INFINITY;
-        for (int32_t j = 0; j < n_ctx; j++) {
-            const int32_t p = first + j;
-            const int32_t row = kv->ring ? p % kv->rows : p;
-            const uint8_t *kr = (const uint8_t *)kv->k + ((size_t)row * (size_t)kdim + (size_t)g * (size_t)hk) * es;
-            const float *kf = kv_load(kr, s->kv_mode, hk, sc->row_k);
-            float dot = 0.0f;
-            for (int32_t i = 0; i < hk; i++) dot += qh[i] * kf[i];
-            dot *= c->attn_scale;
-            sc->scores[j] = dot;
-            if (dot > maxv) maxv = dot;
+        for (int32_t t = 0; t < n_ctx; t++) {
+            sc->scores[t] *= c->attn_scale;
+            if (sc->scores[t] > maxv) maxv = sc->scores[t];
         }
         double sum = 0.0;
-        for (int32_t j = 0; j < n_ctx; j++) {
-            sc->scores[j] = expf(sc->scores[j] - maxv);
-            sum += sc->scores[j];
+        for (int32_t t = 0; t < n_ctx; t++) {
+            sc->scores[t] = expf(sc->scores[t] - maxv);
+            sum += sc->scores[t];
         }
         const float inv = (float)(1.0 / sum);
+        for (int32_t t = 0; t < n_ctx; t++) sc->scores[t] *= inv;
         float *oh = out + (int64_t)h * hv;
         memset(oh, 0, (size_t)hv * sizeof(float));
-        for (int32_t j = 0; j < n_ctx; j++) {
-            const int32_t p = first + j;
-            const int32_t row = kv->ring ? p % kv->rows : p;
-            const uint8_t *vr = (const uint8_t *)kv->v + ((size_t)row * (size_t)vdim + (size_t)g * (size_t)hv) * es;
-            const float *vf = kv_load(vr, s->kv_mode, hv, sc->row_v);
-            const float w = sc->scores[j] * inv;
-            for (int32_t i = 0; i < hv; i++) oh[i] += w * vf[i];
+        j = 0;
+        for (int32_t i = 0; i < n_seg; i++) {
+            if (use_hadamard(segs[i].g->mode, hv)) {
+                memset(sc->row_v, 0, (size_t)hv * sizeof(float));
+                seg_values(&segs[i], c, &ops, g, sc->scores + j, lo[i], hi[i], sc->row_v);
+                fwht(sc->row_v, hv);
+                for (int32_t t = 0; t < hv; t++) oh[t] += sc->row_v[t];
+            } else {
+                seg_values(&segs[i], c, &ops, g, sc->scores + j, lo[i], hi[i], oh);
+            }
+            j += hi[i] - lo[i] + 1;
         }
     }
-}
-
-
-void gt_kv_write(geist_session *s, int32_t layer, int32_t pos, const float *k, const float *v) {
-    const gt_config *c = &s->model->cfg;
-    const gt_kv_layer *kv = &s->kv[layer];
-    const size_t kd = (size_t)c->n_head_kv * (size_t)c->head_dim_k;
-    const size_t vd = (size_t)c->n_head_kv * (size_t)c->head_dim_v;
-    const size_t es = gt_kv_elem_size(s->kv_mode);
-    const size_t row = (size_t)(kv->ring ? pos % kv->rows : pos);
-    kv_store((uint8_t *)kv->k + row * kd * es, s->kv_mode, k, (int64_t)kd);
-    kv_store((uint8_t *)kv->v + row * vd * es, s->kv_mode, v, (int64_t)vd);
 }

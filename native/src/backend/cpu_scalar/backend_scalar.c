@@ -1,6 +1,6 @@
 /* cpu_scalar: the reference backend. Plain C, no intrinsics; every other backend is checked
- * against it. Activations are rounded to the 8-bit format of the weight type first
- * (act_quant.h), as every backend does, then dotted in float. */
+ * against it. Products with quantized weights quantize the activations to 8 bits first
+ * (act_quant.h) and use the canonical integer block dots of quants.c (gt_scalar_dot_q). */
 #include <stdlib.h>
 
 #include "../act_quant.h"
@@ -15,36 +15,35 @@ static void exact_matmul(const gt_weight *w, const float *x, int64_t n_tok, floa
     gt_scalar_matmul_rows(w->type, w->data, w->row_bytes, w->n_in, r0, r1, x, n_tok, y, ldy, tmp);
 }
 
+static size_t scalar_act_row_bytes(uint32_t type, int64_t n_in) {
+    return gt_act_q_row_bytes(gt_act_format_for(type), n_in);
+}
+
+static void scalar_quantize_acts(uint32_t type, const float *x, int64_t n_tok, int64_t n_in,
+                                 void *xq) {
+    const gt_act_format f = gt_act_format_for(type);
+    const size_t rb = gt_act_q_row_bytes(f, n_in);
+    for (int64_t t = 0; t < n_tok; t++)
+        gt_quantize_act_row(f, x + t * n_in, n_in, (uint8_t *)xq + (size_t)t * rb);
+}
+
+static void scalar_matmul_q(const gt_weight *w, const void *xq, int64_t n_tok, float *y,
+                            int64_t ldy, int64_t r0, int64_t r1) {
+    gt_scalar_matmul_q(w->type, w->data, w->row_bytes, w->n_in, r0, r1, xq,
+                       scalar_act_row_bytes(w->type, w->n_in), n_tok, y, ldy);
+}
+
+static const gt_backend k_scalar;
+
 static void scalar_matmul(const gt_weight *w, const float *x, int64_t n_tok, float *y, int64_t ldy,
                           int64_t r0, int64_t r1, float *tmp) {
-    const gt_act_format f = gt_act_format_for(w->type);
-    if (f == GT_ACTF_F32) {
+    if (gt_act_format_for(w->type) == GT_ACTF_F32) {
         gt_scalar_matmul_rows(w->type, w->data, w->row_bytes, w->n_in, r0, r1, x, n_tok, y, ldy,
                               tmp);
         return;
     }
-    /* Round one token at a time into a stack block so no allocation is needed: the rounded
-     * row must live beside tmp, so process tokens in groups that fit a fixed buffer. */
-    enum { GROUP_FLOATS = 16384 };
-    float xr[GROUP_FLOATS];
-    const int64_t per = w->n_in <= GROUP_FLOATS ? GROUP_FLOATS / w->n_in : 0;
-    if (per == 0) { /* a row wider than the buffer: one token at a time from the heap */
-        float *row = malloc((size_t)w->n_in * sizeof(float));
-        if (!row) return; /* cannot happen in practice; leaves y untouched */
-        for (int64_t t = 0; t < n_tok; t++) {
-            gt_round_activations(f, x + t * w->n_in, row, w->n_in);
-            gt_scalar_matmul_rows(w->type, w->data, w->row_bytes, w->n_in, r0, r1, row, 1,
-                                  y + t * ldy, ldy, tmp);
-        }
-        free(row);
-        return;
-    }
-    for (int64_t t0 = 0; t0 < n_tok; t0 += per) {
-        const int64_t nt = n_tok - t0 < per ? n_tok - t0 : per;
-        gt_round_activations(f, x + t0 * w->n_in, xr, nt * w->n_in);
-        gt_scalar_matmul_rows(w->type, w->data, w->row_bytes, w->n_in, r0, r1, xr, nt,
-                              y + t0 * ldy, ldy, tmp);
-    }
+    /* out of memory: y stays untouched (cannot happen in practice) */
+    (void)gt_backend_matmul_via_q(&k_scalar, w, x, n_tok, y, ldy, r0, r1);
 }
 
 static void scalar_get_row(const gt_weight *w, int64_t r, float *dst) {
@@ -57,6 +56,9 @@ static const gt_backend k_scalar = {
     .matmul = scalar_matmul,
     .get_row = scalar_get_row,
     .vec_dot = gt_scalar_vec_dot,
+    .act_row_bytes = scalar_act_row_bytes,
+    .quantize_acts = scalar_quantize_acts,
+    .matmul_q = scalar_matmul_q,
 };
 
 const gt_backend *gt_backend_cpu_scalar(void) { return &k_scalar; }

@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+#include "backend/act_quant.h"
 #include "util/ggml_types.h"
 #include "util/util.h"
 
@@ -257,6 +258,174 @@ void gt_scalar_matmul_rows(uint32_t type, const void *w, size_t row_bytes, int64
         gt_scalar_dequantize_row(type, base + (size_t)r * row_bytes, tmp, n_in);
         for (int64_t t = 0; t < n_tok; t++) {
             y[t * ldy + r] = gt_scalar_dot_f32(tmp, x + t * n_in, n_in);
+        }
+    }
+}
+
+/* ---- products with quantized activations: the canonical arithmetic ------------------------
+ * Every backend computes exactly this (bit for bit). Per weight block b of a row:
+ *   32-blocks (x: Q8_32 block with scale dx, sum sx; weight scale dw, Q4_1 min mw):
+ *     Q4_0  isum = sum(n * q) - 8 * sx          p = (dw * dx) * (float)isum
+ *     Q5_0  isum = sum(n * q) - 16 * sx         p = (dw * dx) * (float)isum
+ *     Q8_0  isum = sum(w * q)                   p = (dw * dx) * (float)isum
+ *     Q4_1  isum = sum(n * q)                   p = (dw * dx) * (float)isum + (mw * dx) * (float)sx
+ *   super-blocks of 256 (x: Q8_256 with scale dx and sums s16[g] of each 16 values):
+ *     Q4_K  A = sum_j sc_j * sum_{sub j}(n * q)  B = sum_j mn_j * (s16[2j] + s16[2j+1])
+ *           p = (d * dx) * (float)A - (dmin * dx) * (float)B
+ *     Q6_K  A = sum_g sc_g * (sum_{16 g}(n * q) - 32 * s16[g])      p = (d * dx) * (float)A
+ * (n: the unsigned stored value, q: the int8 activation; integer sums are exact in int32.)
+ * Then lane[b % 8] += p with eight float lanes from +0, and the row's value is
+ * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). One operation per statement, no fusing. */
+
+static inline float tree8(const float *l) {
+    const float s01 = l[0] + l[1];
+    const float s23 = l[2] + l[3];
+    const float s45 = l[4] + l[5];
+    const float s67 = l[6] + l[7];
+    const float s03 = s01 + s23;
+    const float s47 = s45 + s67;
+    return s03 + s47;
+}
+
+/* sum of nibble values times q over one 32-block: low nibbles are values 0..15, high 16..31 */
+static int32_t nib_dot(const uint8_t *qs, const int8_t *q) {
+    int32_t s = 0;
+    for (int i = 0; i < 16; i++) {
+        s += (int32_t)(qs[i] & 0x0F) * q[i];
+        s += (int32_t)(qs[i] >> 4) * q[i + 16];
+    }
+    return s;
+}
+
+static float dot_q_32(uint32_t type, const uint8_t *w, const uint8_t *xq, int64_t n) {
+    const int8_t *q = (const int8_t *)xq;
+    const float *dx = gt_act_q_scales(xq, n);
+    const int32_t *sx = gt_act_q_sums(xq, n, 32);
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const int64_t nb = n / QK;
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *qb = q + QK * b;
+        float p;
+        if (type == GT_TYPE_Q4_0) {
+            const uint8_t *blk = w + 18 * b;
+            const int32_t isum = nib_dot(blk + 2, qb) - 8 * sx[b];
+            const float dd = rd_f16(blk) * dx[b];
+            p = dd * (float)isum;
+        } else if (type == GT_TYPE_Q4_1) {
+            const uint8_t *blk = w + 20 * b;
+            const int32_t isum = nib_dot(blk + 4, qb);
+            const float dd = rd_f16(blk) * dx[b];
+            const float md = rd_f16(blk + 2) * dx[b];
+            const float p1 = dd * (float)isum;
+            const float p2 = md * (float)sx[b];
+            p = p1 + p2;
+        } else if (type == GT_TYPE_Q5_0) {
+            const uint8_t *blk = w + 22 * b;
+            const uint32_t qh = rd_u32(blk + 2);
+            const uint8_t *qs = blk + 6;
+            int32_t s = 0;
+            for (int i = 0; i < 16; i++) {
+                const int lo = (int)((qs[i] & 0x0F) | (((qh >> i) & 1u) << 4));
+                const int hi = (int)((qs[i] >> 4) | (((qh >> (i + 16)) & 1u) << 4));
+                s += lo * qb[i];
+                s += hi * qb[i + 16];
+            }
+            const int32_t isum = s - 16 * sx[b];
+            const float dd = rd_f16(blk) * dx[b];
+            p = dd * (float)isum;
+        } else { /* Q8_0 */
+            const uint8_t *blk = w + 34 * b;
+            const int8_t *wq = (const int8_t *)(blk + 2);
+            int32_t isum = 0;
+            for (int i = 0; i < QK; i++) isum += (int32_t)wq[i] * qb[i];
+            const float dd = rd_f16(blk) * dx[b];
+            p = dd * (float)isum;
+        }
+        lane[b & 7] += p;
+    }
+    return tree8(lane);
+}
+
+static float dot_q_k(uint32_t type, const uint8_t *w, const uint8_t *xq, int64_t n) {
+    const int8_t *q = (const int8_t *)xq;
+    const float *dx = gt_act_q_scales(xq, n);
+    const int32_t *s16 = gt_act_q_sums(xq, n, 256);
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const int64_t nb = n / QK_K;
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *qb = q + QK_K * b;
+        const int32_t *sb = s16 + 16 * b;
+        float p;
+        if (type == GT_TYPE_Q4_K) {
+            const uint8_t *blk = w + 144 * b;
+            const uint8_t *qs = blk + 16;
+            int32_t A = 0, B = 0;
+            for (int j = 0; j < 8; j++) {
+                int sc, mn;
+                q4k_scale_min(blk + 4, j, &sc, &mn);
+                /* sub-block j: group j / 2, low nibbles for even j, high for odd */
+                const uint8_t *g = qs + 32 * (j / 2);
+                const int8_t *qj = qb + 32 * j;
+                int32_t s = 0;
+                for (int l = 0; l < 32; l++) s += (int32_t)((j & 1) ? (g[l] >> 4) : (g[l] & 0x0F)) * qj[l];
+                A += sc * s;
+                B += mn * (sb[2 * j] + sb[2 * j + 1]);
+            }
+            const float dd = rd_f16(blk) * dx[b];
+            const float dm = rd_f16(blk + 2) * dx[b];
+            const float p1 = dd * (float)A;
+            const float p2 = dm * (float)B;
+            p = p1 - p2;
+        } else { /* Q6_K */
+            const uint8_t *blk = w + 210 * b;
+            const int8_t *sc = (const int8_t *)(blk + 192);
+            int32_t v[256];
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *L = blk + 64 * h;
+                const uint8_t *H = blk + 128 + 32 * h;
+                int32_t *o = v + 128 * h;
+                for (int l = 0; l < 32; l++) {
+                    o[l] = (int32_t)((L[l] & 0x0F) | ((H[l] & 0x03) << 4));
+                    o[l + 32] = (int32_t)((L[l + 32] & 0x0F) | (((H[l] >> 2) & 0x03) << 4));
+                    o[l + 64] = (int32_t)((L[l] >> 4) | (((H[l] >> 4) & 0x03) << 4));
+                    o[l + 96] = (int32_t)((L[l + 32] >> 4) | (((H[l] >> 6) & 0x03) << 4));
+                }
+            }
+            int32_t A = 0;
+            for (int g = 0; g < 16; g++) {
+                int32_t s = 0;
+                for (int i = 16 * g; i < 16 * g + 16; i++) s += v[i] * qb[i];
+                A += (int32_t)sc[g] * (s - 32 * sb[g]);
+            }
+            const float dd = rd_f16(blk + 208) * dx[b];
+            p = dd * (float)A;
+        }
+        lane[b & 7] += p;
+    }
+    return tree8(lane);
+}
+
+float gt_scalar_dot_q(uint32_t type, const void *row, const void *xq, int64_t n) {
+    const uint8_t *w = (const uint8_t *)row;
+    switch (type) {
+    case GT_TYPE_Q4_0: case GT_TYPE_Q4_1: case GT_TYPE_Q5_0: case GT_TYPE_Q8_0:
+        return dot_q_32(type, w, (const uint8_t *)xq, n);
+    case GT_TYPE_Q4_K: case GT_TYPE_Q6_K:
+        return dot_q_k(type, w, (const uint8_t *)xq, n);
+    default:
+        return 0.0f;
+    }
+}
+
+void gt_scalar_matmul_q(uint32_t type, const void *w, size_t row_bytes, int64_t n_in, int64_t r0,
+                        int64_t r1, const void *xq, size_t xq_stride, int64_t n_tok, float *y,
+                        int64_t ldy) {
+    const uint8_t *base = (const uint8_t *)w;
+    const uint8_t *xb = (const uint8_t *)xq;
+    for (int64_t r = r0; r < r1; r++) {
+        for (int64_t t = 0; t < n_tok; t++) {
+            y[t * ldy + r] = gt_scalar_dot_q(type, base + (size_t)r * row_bytes,
+                                             xb + (size_t)t * xq_stride, n_in);
         }
     }
 }

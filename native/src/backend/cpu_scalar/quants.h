@@ -30,4 +30,15 @@ void gt_scalar_matmul_rows(uint32_t type, const void *w, size_t row_bytes, int64
  * float, runs summed in double). Exposed so attention and other float ops can share it. */
 float gt_scalar_dot_f32(const float *a, const float *b, int64_t n);
 
+/* The product of a quantized row (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K) with an activation row
+ * quantized by gt_quantize_act_row in the format gt_act_format_for(type): the canonical
+ * arithmetic every backend reproduces bit for bit (definition in quants.c). 0 for other types. */
+float gt_scalar_dot_q(uint32_t type, const void *row, const void *xq, int64_t n);
+
+/* Y[t * ldy + r] = gt_scalar_dot_q(W[r], XQ[t]) for r in [r0, r1), t < n_tok; XQ rows at
+ * xq_stride bytes (gt_act_q_row_bytes). */
+void gt_scalar_matmul_q(uint32_t type, const void *w, size_t row_bytes, int64_t n_in, int64_t r0,
+                        int64_t r1, const void *xq, size_t xq_stride, int64_t n_tok, float *y,
+                        int64_t ldy);
+
 #endif
