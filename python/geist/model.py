@@ -7,7 +7,7 @@ import os
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -54,7 +54,29 @@ def _read_text(fn: Any, *args: Any) -> str:
         return str(ffi.string(buf).decode("utf-8", "replace"))
 
 
-class Engine:
+_H = TypeVar("_H", bound="_Handle")
+
+
+class _Handle:
+    """A native handle: `with` closes it, and so does garbage collection (close() is idempotent)."""
+
+    def close(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __enter__(self: _H) -> _H:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Engine(_Handle):
     """Chooses the backend; owns what its models share. Most code uses the default engine."""
 
     def __init__(self, backend: str | None = None, n_threads: int = 0,
@@ -113,11 +135,6 @@ class Engine:
             lib.geist_engine_free(self._ptr)
             self._ptr = None
 
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 _default_engines: dict[str | None, Engine] = {}
@@ -133,7 +150,7 @@ def default_engine(backend: str | None = None) -> Engine:
         return eng
 
 
-class Model:
+class Model(_Handle):
     """A loaded GGUF model. Weights are used in place: from a file mapping (`load`) or from the
     caller's buffer (`from_buffer`, zero-copy; the model keeps a reference to the buffer)."""
 
@@ -331,20 +348,9 @@ class Model:
             self._ptr = None
             self._keepalive = None
 
-    def __enter__(self) -> Model:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
-class Prefix:
+class Prefix(_Handle):
     """A shared, read-only prefix (persona, world lore): its KV is computed once and read in place
     by every session created on it. Freed when closed and its last session is closed."""
 
@@ -373,20 +379,9 @@ class Prefix:
             lib.geist_prefix_free(self._ptr)
             self._ptr = None
 
-    def __enter__(self) -> Prefix:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
-class Session:
+class Session(_Handle):
     """One conversation's state (KV cache sized from `max_seq_len`). Use from one thread at a
     time; different sessions may run on different threads at once."""
 
@@ -571,14 +566,3 @@ class Session:
                 lib.geist_session_free(self._ptr)
                 self._ptr = None
 
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -11,46 +11,33 @@
 #include "util/util.h"
 
 /* Records the message for geist_last_error() and returns status. */
-static geist_status fail(geist_status status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static geist_status fail(geist_status status, const char *fmt, ...) {
-    char msg[GT_ERR_CAP];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    gt_set_thread_error(msg);
-    return status;
-}
-
 /* Checks type, element count and byte size of one row of n values; sets *info. */
 static geist_status check_row(const char *fn, int32_t type, const void *data, size_t size, size_t n,
                               const gt_type_info **info) {
     const gt_type_info *ti = type >= 0 ? gt_type_get((uint32_t)type) : NULL;
-    if (ti == NULL) return fail(GEIST_ERR_UNSUPPORTED, "%s: unknown tensor type id %d", fn, (int)type);
+    if (ti == NULL) return gt_thread_fail(GEIST_ERR_UNSUPPORTED, "%s: unknown tensor type id %d", fn, (int)type);
     if (!ti->supported) {
-        return fail(GEIST_ERR_UNSUPPORTED, "%s: tensor type %s (%d) is not supported", fn, ti->name,
+        return gt_thread_fail(GEIST_ERR_UNSUPPORTED, "%s: tensor type %s (%d) is not supported", fn, ti->name,
                     (int)type);
     }
     if (n % ti->block != 0) {
-        return fail(GEIST_ERR_INVALID_ARGUMENT, "%s: n = %zu is not a multiple of the %s block size %u",
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "%s: n = %zu is not a multiple of the %s block size %u",
                     fn, n, ti->name, ti->block);
     }
     /* the kernels index with int64_t */
     if ((uint64_t)n > (uint64_t)INT64_MAX) {
-        return fail(GEIST_ERR_INVALID_ARGUMENT, "%s: n = %zu is too large", fn, n);
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "%s: n = %zu is too large", fn, n);
     }
     size_t need;
     if (!gt_mul_size(n / ti->block, ti->bytes, &need)) {
-        return fail(GEIST_ERR_INVALID_ARGUMENT, "%s: n = %zu values of %s overflow size_t bytes", fn,
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "%s: n = %zu values of %s overflow size_t bytes", fn,
                     n, ti->name);
     }
     if (size < need) {
-        return fail(GEIST_ERR_INVALID_ARGUMENT, "%s: %zu values of %s need %zu bytes, got %zu", fn,
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "%s: %zu values of %s need %zu bytes, got %zu", fn,
                     n, ti->name, need, size);
     }
-    if (n > 0 && data == NULL) return fail(GEIST_ERR_INVALID_ARGUMENT, "%s: data is NULL", fn);
+    if (n > 0 && data == NULL) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "%s: data is NULL", fn);
     *info = ti;
     return GEIST_OK;
 }
@@ -59,7 +46,7 @@ geist_status geist_dequantize(int32_t type, const void *src, size_t src_size, fl
     const gt_type_info *ti = NULL;
     geist_status st = check_row("geist_dequantize", type, src, src_size, n, &ti);
     if (st != GEIST_OK) return st;
-    if (n > 0 && dst == NULL) return fail(GEIST_ERR_INVALID_ARGUMENT, "geist_dequantize: dst is NULL");
+    if (n > 0 && dst == NULL) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "geist_dequantize: dst is NULL");
     gt_scalar_dequantize_row((uint32_t)type, src, dst, (int64_t)n);
     return GEIST_OK;
 }
@@ -69,14 +56,14 @@ geist_status geist_vec_dot(const char *backend, int32_t type, const void *row, s
     /* NULL: cpu_scalar; also the forced variants "cpu_x86_avx2" / "cpu_x86_avx512" */
     const gt_backend *be = backend == NULL ? gt_backend_cpu_scalar() : gt_backend_find(backend);
     if (be == NULL || !be->available()) {
-        return fail(GEIST_ERR_UNSUPPORTED, "geist_vec_dot: backend \"%.64s\" is not available",
+        return gt_thread_fail(GEIST_ERR_UNSUPPORTED, "geist_vec_dot: backend \"%.64s\" is not available",
                     backend);
     }
     const gt_type_info *ti = NULL;
     geist_status st = check_row("geist_vec_dot", type, row, row_size, n, &ti);
     if (st != GEIST_OK) return st;
-    if (n > 0 && x == NULL) return fail(GEIST_ERR_INVALID_ARGUMENT, "geist_vec_dot: x is NULL");
-    if (out == NULL) return fail(GEIST_ERR_INVALID_ARGUMENT, "geist_vec_dot: out is NULL");
+    if (n > 0 && x == NULL) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "geist_vec_dot: x is NULL");
+    if (out == NULL) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "geist_vec_dot: out is NULL");
     *out = be->vec_dot((uint32_t)type, row, x, (int64_t)n);
     return GEIST_OK;
 }

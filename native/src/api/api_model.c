@@ -35,16 +35,6 @@ const char *geist_status_name(geist_status st) {
     return "GEIST_ERR_UNKNOWN";
 }
 
-static geist_status thread_fail(geist_status st, const char *fmt, ...) {
-    char msg[GT_ERR_CAP];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    gt_set_thread_error(msg);
-    return st;
-}
-
 /* ------------------------------------------------------------------------------------------- */
 /* Engine */
 
@@ -55,34 +45,34 @@ void geist_engine_options_default(geist_engine_options *o) {
 }
 
 geist_status geist_engine_create(const geist_engine_options *opts, geist_engine **out) {
-    if (!out) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "out must not be NULL");
+    if (!out) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "out must not be NULL");
     geist_engine_options o;
     geist_engine_options_default(&o);
     if (opts) {
         if (opts->struct_size < sizeof o)
-            return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "engine options: struct_size too small");
+            return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "engine options: struct_size too small");
         o = *opts;
     }
     const gt_backend *be = gt_backend_find(o.backend);
     if (!be)
-        return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown backend '%s' (available: %s)",
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown backend '%s' (available: %s)",
                            o.backend ? o.backend : "auto", gt_backend_names());
     if (!be->available())
-        return thread_fail(GEIST_ERR_UNSUPPORTED, "backend '%s' is not usable on this machine",
+        return gt_thread_fail(GEIST_ERR_UNSUPPORTED, "backend '%s' is not usable on this machine",
                            be->name);
     if (o.n_threads < 0)
-        return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (0 = default)");
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (0 = default)");
     if (o.activations == GEIST_ACTIVATIONS_F32) {
         if (strcmp(be->name, "cpu_scalar") != 0)
-            return thread_fail(GEIST_ERR_UNSUPPORTED,
+            return gt_thread_fail(GEIST_ERR_UNSUPPORTED,
                                "exact float activations are offered by cpu_scalar only, not '%s'",
                                be->name);
         be = gt_backend_cpu_scalar_exact();
     } else if (o.activations != GEIST_ACTIVATIONS_Q8) {
-        return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown activations mode %d", o.activations);
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown activations mode %d", o.activations);
     }
     geist_engine *e = calloc(1, sizeof *e);
-    if (!e) return thread_fail(GEIST_ERR_OUT_OF_MEMORY, "out of memory (engine)");
+    if (!e) return gt_thread_fail(GEIST_ERR_OUT_OF_MEMORY, "out of memory (engine)");
     e->backend = be;
     if (o.n_threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -94,7 +84,7 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
     if (!e->runtime) {
         gt_pool_free(e->pool);
         free(e);
-        return thread_fail(GEIST_ERR_OUT_OF_MEMORY, "cannot start %d worker threads", (int)o.n_threads);
+        return gt_thread_fail(GEIST_ERR_OUT_OF_MEMORY, "cannot start %d worker threads", (int)o.n_threads);
     }
     *out = e;
     gt_clear_thread_error();
@@ -160,11 +150,11 @@ static geist_status load_span(geist_engine *engine, const void *data, size_t siz
                               const geist_load_options *opts, geist_model **out) {
     gt_err err = {0};
     if (opts && opts->struct_size < sizeof(geist_load_options))
-        return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "load options: struct_size too small");
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "load options: struct_size too small");
     if (opts && opts->flags != 0)
-        return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "load options: unknown flags 0x%x", opts->flags);
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "load options: unknown flags 0x%x", opts->flags);
     geist_model *m = calloc(1, sizeof *m);
-    if (!m) return thread_fail(GEIST_ERR_OUT_OF_MEMORY, "out of memory (model)");
+    if (!m) return gt_thread_fail(GEIST_ERR_OUT_OF_MEMORY, "out of memory (model)");
     pthread_mutex_init(&m->err_lock, NULL);
     m->engine = engine;
     m->backend = engine->backend;
@@ -187,30 +177,30 @@ static geist_status load_span(geist_engine *engine, const void *data, size_t siz
 
 geist_status geist_model_load_memory(geist_engine *engine, const void *data, size_t size,
                                      const geist_load_options *opts, geist_model **out) {
-    if (!engine || !out) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "engine and out must not be NULL");
-    if (!data && size > 0) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "data is NULL");
+    if (!engine || !out) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "engine and out must not be NULL");
+    if (!data && size > 0) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "data is NULL");
     return load_span(engine, data, size, NULL, opts, out);
 }
 
 geist_status geist_model_load_file(geist_engine *engine, const char *path,
                                    const geist_load_options *opts, geist_model **out) {
     if (!engine || !out || !path)
-        return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "engine, path and out must not be NULL");
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "engine, path and out must not be NULL");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return thread_fail(GEIST_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fd < 0) return gt_thread_fail(GEIST_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat stbuf;
     if (fstat(fd, &stbuf) != 0 || !S_ISREG(stbuf.st_mode)) {
         close(fd);
-        return thread_fail(GEIST_ERR_IO, "'%s' is not a regular file", path);
+        return gt_thread_fail(GEIST_ERR_IO, "'%s' is not a regular file", path);
     }
     size_t size = (size_t)stbuf.st_size;
     if (size == 0) {
         close(fd);
-        return thread_fail(GEIST_ERR_BAD_FORMAT, "'%s' is empty, not a GGUF file", path);
+        return gt_thread_fail(GEIST_ERR_BAD_FORMAT, "'%s' is empty, not a GGUF file", path);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (map == MAP_FAILED) return thread_fail(GEIST_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+    if (map == MAP_FAILED) return gt_thread_fail(GEIST_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
     geist_status st = load_span(engine, map, size, map, opts, out);
     if (st) munmap(map, size);
     return st;
@@ -222,7 +212,7 @@ int32_t geist_model_n_vocab(const geist_model *m) { return m ? m->cfg.n_vocab : 
 int32_t geist_model_n_ctx_train(const geist_model *m) { return m ? m->cfg.n_ctx_train : 0; }
 
 geist_status geist_model_memory(const geist_model *m, geist_memory_report *out) {
-    if (!m || !out) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "model and out must not be NULL");
+    if (!m || !out) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "model and out must not be NULL");
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
     out->weights_aliased = m->weight_bytes;
@@ -267,13 +257,13 @@ static geist_status finish_buffer(sbuf *b, size_t *needed) {
     if (needed) *needed = b->len + 1;
     if (b->cap > 0 && b->buf) b->buf[b->len < b->cap ? b->len : b->cap - 1] = '\0';
     if (b->len + 1 > b->cap)
-        return thread_fail(GEIST_ERR_BUFFER_TOO_SMALL, "buffer of %zu bytes is too small (%zu needed)",
+        return gt_thread_fail(GEIST_ERR_BUFFER_TOO_SMALL, "buffer of %zu bytes is too small (%zu needed)",
                            b->cap, b->len + 1);
     return GEIST_OK;
 }
 
 geist_status geist_model_info_json(const geist_model *m, char *buf, size_t cap, size_t *needed) {
-    if (!m) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "model must not be NULL");
+    if (!m) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "model must not be NULL");
     const gt_config *c = &m->cfg;
     sbuf b = {buf, buf ? cap : 0, 0};
     gt_str name = {"", 0};
@@ -317,9 +307,9 @@ geist_status geist_model_info_json(const geist_model *m, char *buf, size_t cap, 
 
 geist_status geist_model_meta(const geist_model *m, const char *key, char *buf, size_t cap,
                               size_t *needed) {
-    if (!m || !key) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "model and key must not be NULL");
+    if (!m || !key) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "model and key must not be NULL");
     const gguf_kv *kv = gguf_find_kv(&m->gguf, key);
-    if (!kv) return thread_fail(GEIST_ERR_INVALID_ARGUMENT, "metadata key '%s' not found", key);
+    if (!kv) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "metadata key '%s' not found", key);
     sbuf b = {buf, buf ? cap : 0, 0};
     switch (kv->type) {
     case GGUF_VT_UINT8: case GGUF_VT_UINT16: case GGUF_VT_UINT32: case GGUF_VT_UINT64:

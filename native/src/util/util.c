@@ -73,6 +73,16 @@ geist_status gt_fail(gt_err *err, geist_status status, const char *fmt, ...) {
     return status;
 }
 
+geist_status gt_thread_fail(geist_status status, const char *fmt, ...) {
+    char msg[GT_ERR_CAP];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    gt_set_thread_error(msg);
+    return status;
+}
+
 static _Thread_local char g_thread_error[GT_ERR_CAP]; /* per thread: safe by construction */
 
 void gt_set_thread_error(const char *msg) {

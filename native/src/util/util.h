@@ -29,6 +29,11 @@ typedef struct gt_err {
 geist_status gt_fail(gt_err *err, geist_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Formats a message as this thread's last error and returns status (for calls that have no
+ * handle to record the error on). */
+geist_status gt_thread_fail(geist_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* Thread-local "last error of this thread" (see geist_last_error). */
 void gt_set_thread_error(const char *msg);
 void gt_clear_thread_error(void);
