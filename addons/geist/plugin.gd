@@ -5,6 +5,12 @@ extends EditorPlugin
 const SETTINGS := [
 	["geist/runtime/threads", TYPE_INT, 1, PROPERTY_HINT_RANGE, "1,64,1"],
 	["geist/runtime/backend", TYPE_STRING, "auto", PROPERTY_HINT_ENUM_SUGGESTION, "auto,cpu_x86,cpu_scalar"],
+	# scheduling of the runtime: at most budget_ms of worker time per period_ms (0 = no budget),
+	# prompt tokens per step, rows per batched step
+	["geist/runtime/budget_ms", TYPE_FLOAT, 0.0, PROPERTY_HINT_RANGE, "0,1000,0.5"],
+	["geist/runtime/period_ms", TYPE_FLOAT, 16.0, PROPERTY_HINT_RANGE, "1,1000,0.5"],
+	["geist/runtime/prefill_chunk", TYPE_INT, 64, PROPERTY_HINT_RANGE, "1,4096,1"],
+	["geist/runtime/max_batch", TYPE_INT, 64, PROPERTY_HINT_RANGE, "1,4096,1"],
 ]
 
 var dock: Control

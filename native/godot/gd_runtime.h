@@ -1,11 +1,18 @@
 /* gd_runtime.h — the extension's one interface to asynchronous generation.
  *
- * The Godot classes only talk to this interface: submit a request on a session, cancel it,
- * detach a session that is being freed, and poll finished events on the main thread. Behind it
- * runs, for now, a scheduler thread owned by the extension that drives geist's synchronous API
- * (tokenize -> prefill -> sample -> decode -> detokenize), interleaving all active sessions one
- * step at a time, and hands events to the main thread through a locked queue. When the core's
- * runtime (geist_submit / geist_poll) links, only gd_runtime.c changes. */
+ * The Godot classes only talk to this interface: submit a chat request on a session, cancel it,
+ * free a session that may be generating, and poll events on the main thread. Behind it is the
+ * core's runtime (geist_submit / geist_poll / geist_cancel): the engine's scheduler thread runs
+ * the requests of all sessions together (batched decode, priorities, budget); this layer adds
+ * what a chat front end needs on top:
+ *  - KV reuse across turns: the whole conversation is rendered with the chat template and
+ *    tokenized, compared with the ids the session holds (geist_session_tokens), the session is
+ *    rewound to the common prefix (geist_session_truncate; reset if refused) and only the rest is
+ *    submitted as ids;
+ *  - trimming: when the conversation does not fit the cap, the oldest turns go (the first system
+ *    message stays);
+ *  - the model's stop strings (geist_chat_stop_strings) on every request;
+ *  - per-request timings measured on the polling thread (see gr_event). */
 #ifndef GD_RUNTIME_H
 #define GD_RUNTIME_H
 
@@ -17,28 +24,29 @@
 typedef struct gr gr;
 typedef struct gr_sess gr_sess;
 
-/* A chat message owned by the request (copied at submit). */
 typedef struct gr_msg {
-    char *role;
-    char *content;
+    const char *role;
+    const char *content;
 } gr_msg;
 
 typedef struct gr_request {
-    /* Exactly one prompt form: messages (rendered with the model's chat template; the part of the
-     * rendered conversation the session already holds is reused), text (appended as plain text,
-     * control tokens not parsed) or ids (appended as is; max_tokens 0 = prefill only). */
-    const gr_msg *messages;
+    const gr_msg *messages; /* the whole conversation; rendered with the model's chat template */
     size_t n_messages;
-    int32_t trim; /* messages: drop the oldest turns (not the first system one) until it fits */
-    const char *text;
-    const int32_t *ids;
-    size_t n_ids;
+    int32_t trim; /* drop the oldest turns (not the first system message) until it fits */
     geist_sampler_options sampler;
     int32_t max_tokens;
     int32_t priority;
     uint64_t user_data;
 } gr_request;
 
+/* Timings are taken on the thread that calls gr_poll (the main thread, once per frame), so they
+ * are wall-clock figures with the resolution of one drain (one frame):
+ *  - prefill_ms: from gr_submit until the poll that saw the request's first TOKEN event (or its
+ *    end, if it ended without a token): queueing, the prompt's prefill steps (shared with the
+ *    other sessions' steps) and the first sample;
+ *  - decode_ms: from that first TOKEN event until the poll that saw FINISHED: the decode steps
+ *    of the n_tokens generated tokens (each runs once through the model), batched with the
+ *    other active sessions. */
 typedef struct gr_event {
     int32_t type; /* GEIST_EVENT_TOKEN / FINISHED / FAILED */
     uint64_t request_id;
@@ -46,41 +54,44 @@ typedef struct gr_event {
     int32_t token;
     int32_t finish_reason;
     int32_t status;
-    int32_t n_prompt;   /* FINISHED: prompt tokens run by this request */
-    int32_t n_tokens;   /* FINISHED: tokens generated */
-    double prefill_ms;  /* FINISHED: time spent in prefill */
-    double decode_ms;   /* FINISHED: time spent sampling + decoding */
-    char *text;         /* owned by the event; free with gr_event_clear */
+    int32_t n_prompt;  /* end events: prompt ids submitted (the part not reused from the KV) */
+    int32_t n_reused;  /* end events: ids of the conversation reused from the session's KV */
+    int32_t n_tokens;  /* end events: tokens generated */
+    double prefill_ms; /* end events: see above */
+    double decode_ms;
+    char *text; /* owned by the event; free with gr_event_clear */
     size_t text_len;
 } gr_event;
 
-/* Which implementation is compiled in ("extension worker thread (synchronous geist API)"). */
+/* Which implementation is compiled in (for GeistEngine.stats()). */
 const char *gr_path(void);
 
 gr *gr_create(geist_engine *engine);
-/* Stops the scheduler; every session must be detached first. */
+/* Every session must be freed first (the engine is freed by the caller afterwards). */
 void gr_free(gr *r);
+geist_status gr_configure(gr *r, const geist_runtime_options *o, char *err, size_t err_cap);
 
-/* A session as the runtime sees it (owns the geist_session, its sampler and token history). */
 geist_status gr_sess_create(gr *r, geist_model *model, const geist_session_options *opts,
                             gr_sess **out, char *err, size_t err_cap);
-/* Cancels its request, waits until the scheduler no longer touches it, drops its queued events
- * and frees it (geist_session included). Safe while it generates. */
+/* Cancels its request and frees it (the core waits for a running step); its queued events are
+ * dropped. Safe while it generates. */
 void gr_sess_free(gr *r, gr_sess *s);
 geist_session *gr_sess_session(gr_sess *s);
 int32_t gr_sess_busy(gr *r, gr_sess *s);
-/* Forgets all tokens (fails with GEIST_ERR_STATE while a request runs). */
+/* Forgets all tokens (GEIST_ERR_STATE while a request runs). */
 geist_status gr_sess_reset(gr *r, gr_sess *s);
-/* Replaces the history with ids without running them (a restored snapshot): the next request
- * runs them before its own tokens. GEIST_ERR_STATE while a request runs. */
-geist_status gr_sess_set_history(gr *r, gr_sess *s, const int32_t *ids, size_t n);
-/* Tokens the session holds, in order (valid until the next request); NULL if unknown. */
-const int32_t *gr_sess_history(gr_sess *s, size_t *n);
+/* Restores a geist_session_snapshot image; when the core refuses it (or img is NULL) the session
+ * is reset instead and the next request runs the whole conversation. GEIST_ERR_STATE while a
+ * request runs. *used_image says which happened. */
+geist_status gr_sess_restore(gr *r, gr_sess *s, const void *img, size_t n, int *used_image);
 
-/* Queues a request; everything is copied. GEIST_ERR_STATE if the session has one running. */
+/* Prepares the prompt on the calling thread (render, tokenize, rewind the KV) and queues it on
+ * the core's runtime. GEIST_ERR_STATE if the session has a request. Problems of the prompt (over
+ * the cap, template errors) arrive as a FAILED event, like the core's own. */
 geist_status gr_submit(gr *r, gr_sess *s, const gr_request *req, uint64_t *request_id);
 geist_status gr_cancel(gr *r, uint64_t request_id);
-/* Moves up to max events (oldest first); the caller clears each with gr_event_clear. */
+/* Moves up to max events (oldest first), never waiting; the caller clears each with
+ * gr_event_clear. Events of freed sessions are dropped. Reentrant (events are copies). */
 size_t gr_poll(gr *r, gr_event *events, size_t max);
 void gr_event_clear(gr_event *e);
 

@@ -103,7 +103,7 @@ typedef struct gsession {
     int err_code;
     char err[512];
     /* last finished request */
-    int32_t last_prompt, last_tokens;
+    int32_t last_prompt, last_reused, last_tokens;
     double last_prefill_ms, last_decode_ms, last_start_ms, last_first_token_ms, last_end_ms;
     int last_finish;
     int restored_image; /* the last restore() used the core's KV image */
@@ -126,6 +126,8 @@ struct gengine {
     gr *rt;
     int32_t threads;
     char backend[64];
+    geist_runtime_options ropts; /* scheduling knobs (Project Settings, then configure()) */
+    int ropts_loaded;
     int ticking;
     int live_models;
     int live_sessions;
@@ -198,6 +200,24 @@ static int32_t setting_int(const char *name, int32_t def) {
     return out;
 }
 
+static double setting_float(const char *name, double def) {
+    static GDExtensionMethodBindPtr mb;
+    if (!mb)
+        mb = gd_mb("ProjectSettings", "get_setting", 223050753);
+    GDExtensionObjectPtr ps = gd_singleton("ProjectSettings");
+    gvar a[2], r;
+    gv_str(&a[0], name);
+    gv_float(&a[1], def);
+    double out = def;
+    if (ps && gd_call(mb, ps, a, 2, &r)) {
+        out = gv_to_float(&r, def);
+        gv_free(&r);
+    }
+    gv_free(&a[0]);
+    gv_free(&a[1]);
+    return out;
+}
+
 static void setting_str(const char *name, const char *def, char *out, size_t cap) {
     static GDExtensionMethodBindPtr mb;
     if (!mb)
@@ -238,8 +258,22 @@ static int engine_ensure(char *err, size_t cap) {
     if (!ENG->rt) {
         geist_engine_free(ENG->e);
         ENG->e = NULL;
-        snprintf(err, cap, "cannot start the generation thread");
+        snprintf(err, cap, "out of memory");
         return 0;
+    }
+    if (!ENG->ropts_loaded) {
+        geist_runtime_options_default(&ENG->ropts);
+        ENG->ropts.budget_ms = (float)setting_float("geist/runtime/budget_ms", 0.0);
+        ENG->ropts.period_ms = (float)setting_float("geist/runtime/period_ms", 16.0);
+        ENG->ropts.prefill_chunk = setting_int("geist/runtime/prefill_chunk", 64);
+        ENG->ropts.max_batch = setting_int("geist/runtime/max_batch", 64);
+        ENG->ropts_loaded = 1;
+    }
+    if (gr_configure(ENG->rt, &ENG->ropts, err, cap) != GEIST_OK) {
+        /* bad settings: say so, run with the defaults */
+        fprintf(stderr, "geist: runtime settings refused (%s); using the defaults\n", err);
+        geist_runtime_options_default(&ENG->ropts);
+        gr_configure(ENG->rt, &ENG->ropts, err, cap);
     }
     return 1;
 }
@@ -1154,14 +1188,18 @@ static void ms_snapshot(void *self, const GDExtensionConstVariantPtr *a, int64_t
         GD.variant_get_ptr_destructor(T_BYTES)(&pba);
         return;
     }
-    size_t nh = 0;
-    const int32_t *h = gr_sess_history(s->rs, &nh);
+    geist_session *gs = gr_sess_session(s->rs);
+    size_t nh = (size_t)geist_session_n_past(gs);
+    int32_t *h = malloc((nh ? nh : 1) * sizeof *h);
+    if (!h || geist_session_tokens(gs, h, nh, &nh) != GEIST_OK)
+        nh = 0;
     wbuf b = {0};
     wb_put(&b, SNAP_MAGIC, 8);
     wb_u32(&b, (uint32_t)geist_model_n_vocab(s->model->m));
     wb_u32(&b, (uint32_t)s->max_seq_len);
     wb_u32(&b, (uint32_t)nh);
     wb_put(&b, h, nh * sizeof *h);
+    free(h);
     wb_u32(&b, (uint32_t)s->n_msgs);
     for (size_t i = 0; i < s->n_msgs; i++) {
         wb_str(&b, s->msgs[i].role);
@@ -1169,7 +1207,6 @@ static void ms_snapshot(void *self, const GDExtensionConstVariantPtr *a, int64_t
     }
     wb_str(&b, s->system);
     size_t img_n = 0;
-    geist_session *gs = gr_sess_session(s->rs);
     uint8_t *img = NULL;
     if (geist_session_snapshot(gs, NULL, 0, &img_n) == GEIST_ERR_BUFFER_TOO_SMALL &&
         (img = malloc(img_n)) != NULL &&
@@ -1325,20 +1362,18 @@ static int session_restore_bytes(gsession *s, const gvar *v) {
         sess_set_error(s, E_INVALID_DATA, why);
         return E_INVALID_DATA;
     }
-    geist_status st = gr_sess_set_history(ENG->rt, s->rs, ids, nh);
-    free(ids);
-    /* the core's image restores the KV as it was; without it the ids run with the next request */
-    if (st == GEIST_OK && img)
-        s->restored_image = geist_session_restore(gr_sess_session(s->rs), img, img_n) == GEIST_OK;
+    free(ids); /* informative: the image holds them; without one the conversation is run again */
+    /* the core's image restores the KV as it was; if it is refused the session starts empty and
+     * the next turn runs the whole restored conversation */
+    geist_status st = gr_sess_restore(ENG->rt, s->rs, img, img_n, &s->restored_image);
     GD.variant_get_ptr_destructor(T_BYTES)(&pba);
     if (st != GEIST_OK) {
         transcript_clear(&tmp);
         free(tmp.msgs);
         free(tmp.system);
-        sess_set_error(s, err_of(st), "restore(): cannot set the history");
+        sess_set_error(s, err_of(st), "restore(): a request is running");
         return err_of(st);
     }
-    /* the tokens run on the worker together with the next request */
     transcript_clear(s);
     free(s->msgs);
     free(s->system);
@@ -1362,11 +1397,7 @@ static void ms_tokens_used(void *self, const GDExtensionConstVariantPtr *a, int6
     (void)a;
     (void)n;
     gsession *s = self;
-    size_t nh = 0;
-    int32_t past = s->rs ? geist_session_n_past(gr_sess_session(s->rs)) : 0;
-    if (s->rs && !s->busy)
-        gr_sess_history(s->rs, &nh); /* includes restored tokens not yet run */
-    gv_int(ret, (int64_t)nh > past ? (int64_t)nh : past);
+    gv_int(ret, s->rs ? geist_session_n_past(gr_sess_session(s->rs)) : 0);
 }
 
 static void ms_max_seq_len(void *self, const GDExtensionConstVariantPtr *a, int64_t n, gvar *ret) {
@@ -1442,6 +1473,7 @@ static void ms_last_stats(void *self, const GDExtensionConstVariantPtr *a, int64
     gsession *s = self;
     gv_dict(ret);
     gv_dict_set_int(ret, "prompt_tokens", s->last_prompt);
+    gv_dict_set_int(ret, "reused_tokens", s->last_reused);
     gv_dict_set_int(ret, "generated_tokens", s->last_tokens);
     gv_dict_set_float(ret, "prefill_ms", s->last_prefill_ms);
     gv_dict_set_float(ret, "decode_ms", s->last_decode_ms);
@@ -1807,6 +1839,7 @@ static void handle_event(const gr_event *ev) {
     } else {
         s->busy = 0;
         s->last_prompt = ev->n_prompt;
+        s->last_reused = ev->n_reused;
         s->last_tokens = ev->n_tokens;
         s->last_prefill_ms = ev->prefill_ms;
         s->last_decode_ms = ev->decode_ms;
@@ -1896,30 +1929,58 @@ static void me_poll(void *self, const GDExtensionConstVariantPtr *a, int64_t n, 
 
 static void me_configure(void *self, const GDExtensionConstVariantPtr *a, int64_t n, gvar *ret) {
     (void)self;
-    if (ENG->live_models > 0 || ENG->live_sessions > 0) {
-        gv_int(ret, E_BUSY);
-        return;
-    }
-    if (ENG->rt) {
-        gr_free(ENG->rt);
-        ENG->rt = NULL;
-    }
-    if (ENG->e) {
-        geist_engine_free(ENG->e);
-        ENG->e = NULL;
-    }
     gvar v;
+    /* scheduling knobs apply at once, also while NPCs talk */
+    if (!ENG->ropts_loaded) {
+        char e0[256];
+        engine_ensure(e0, sizeof e0); /* loads the Project Settings first */
+    }
+    geist_runtime_options ro = ENG->ropts;
+    int knobs = 0;
+#define KNOB(key, field, conv)                                                                   \
+    if (n > 0 && gv_dict_get(a[0], key, &v)) {                                                   \
+        ro.field = conv;                                                                         \
+        gv_free(&v);                                                                             \
+        knobs = 1;                                                                               \
+    }
+    KNOB("budget_ms", budget_ms, (float)gv_to_float(&v, ro.budget_ms))
+    KNOB("period_ms", period_ms, (float)gv_to_float(&v, ro.period_ms))
+    KNOB("prefill_chunk", prefill_chunk, (int32_t)gv_to_int(&v, ro.prefill_chunk))
+    KNOB("max_batch", max_batch, (int32_t)gv_to_int(&v, ro.max_batch))
+#undef KNOB
+    int32_t threads = ENG->threads;
+    char backend[64];
+    snprintf(backend, sizeof backend, "%s", ENG->backend);
     if (n > 0 && gv_dict_get(a[0], "threads", &v)) {
-        ENG->threads = (int32_t)gv_to_int(&v, 1);
+        threads = (int32_t)gv_to_int(&v, 1);
         gv_free(&v);
     }
     if (n > 0 && gv_dict_get(a[0], "backend", &v)) {
-        char *b = gv_to_utf8(&v, NULL);
-        snprintf(ENG->backend, sizeof ENG->backend, "%s", b ? b : "auto");
-        free(b);
+        char *bk = gv_to_utf8(&v, NULL);
+        snprintf(backend, sizeof backend, "%s", bk ? bk : "auto");
+        free(bk);
         gv_free(&v);
     }
+    /* threads and backend make a new engine: only while nothing uses the old one */
+    int remake = !ENG->e || threads != ENG->threads || strcmp(backend, ENG->backend) != 0;
+    if (remake && (ENG->live_models > 0 || ENG->live_sessions > 0)) {
+        gv_int(ret, E_BUSY);
+        return;
+    }
     char err[256];
+    if (knobs && ENG->rt && gr_configure(ENG->rt, &ro, err, sizeof err) != GEIST_OK) {
+        gv_int(ret, E_INVALID_PARAM);
+        return;
+    }
+    ENG->ropts = ro;
+    if (remake) {
+        gr_free(ENG->rt);
+        ENG->rt = NULL;
+        geist_engine_free(ENG->e);
+        ENG->e = NULL;
+        ENG->threads = threads;
+        snprintf(ENG->backend, sizeof ENG->backend, "%s", backend);
+    }
     gv_int(ret, engine_ensure(err, sizeof err) ? E_OK : E_UNAVAILABLE);
 }
 
@@ -1934,6 +1995,10 @@ static void me_stats(void *self, const GDExtensionConstVariantPtr *a, int64_t n,
     gv_dict_set_str(ret, "backends_available", geist_backends_available());
     gv_dict_set_int(ret, "threads", ENG->threads);
     gv_dict_set_str(ret, "runtime", gr_path());
+    gv_dict_set_float(ret, "budget_ms", ENG->ropts.budget_ms);
+    gv_dict_set_float(ret, "period_ms", ENG->ropts.period_ms);
+    gv_dict_set_int(ret, "prefill_chunk", ENG->ropts.prefill_chunk);
+    gv_dict_set_int(ret, "max_batch", ENG->ropts.max_batch);
     gv_dict_set_str(ret, "version", geist_version());
     gv_dict_set_int(ret, "models", ENG->live_models);
     gv_dict_set_int(ret, "sessions", ENG->live_sessions);

@@ -44,7 +44,7 @@ func run() -> void:
 		return
 	var only := OS.get_cmdline_user_args()
 	var tests := ["buffer_load", "load_file", "bad_models", "two_sessions", "cancel",
-		"snapshot", "over_cap", "free_mid_generation", "npc"]
+		"snapshot", "over_cap", "free_mid_generation", "npc", "kv_reuse", "trim"]
 	var t_all := Time.get_ticks_msec()
 	var model := GeistModel.new()
 	var bytes := FileAccess.get_file_as_bytes(model_path)
@@ -250,3 +250,40 @@ func test_npc(model: GeistModel, _bytes: PackedByteArray) -> void:
 	npc.queue_free()
 	other.queue_free()
 	nomodel.queue_free()
+
+
+func test_kv_reuse(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var s := model.create_session(256, {"temperature": 0.0, "max_tokens": 12,
+		"system": "You are Bram, the blacksmith."})
+	s.say("Good morning!")
+	await wait_until(func(): return not s.is_busy())
+	var st1 := s.last_stats()
+	check(st1.reused_tokens == 0 and st1.prompt_tokens > 0, "first turn runs the whole prompt")
+	s.say("Can you fix my sword?")
+	await wait_until(func(): return not s.is_busy())
+	var st2 := s.last_stats()
+	print("  turn 2: ", st2)
+	check(st2.finish_reason in [0, 1], "second turn finished")
+	check(st2.reused_tokens >= st1.prompt_tokens, "second turn reuses the first turn's KV (%d ids)"
+		% st2.reused_tokens)
+	check(st2.prompt_tokens < st2.reused_tokens, "only the new part is run (%d ids)"
+		% st2.prompt_tokens)
+	check(s.tokens_used == st2.reused_tokens + st2.prompt_tokens + st2.generated_tokens,
+		"the session holds reused + new + generated ids (%d)" % s.tokens_used)
+	check(st2.prefill_ms > 0.0 and st2.decode_ms > 0.0, "per-request timings measured")
+
+
+func test_trim(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var s := model.create_session(96, {"temperature": 0.0, "max_tokens": 16,
+		"system": "You are Tova, the village elder."})
+	var fails := [0]
+	s.failed.connect(func(_m): fails[0] += 1)
+	for line in ["Tell me about the old well.", "And the river?", "What about the king?",
+			"Goodbye, elder."]:
+		s.say(line)
+		await wait_until(func(): return not s.is_busy())
+	check(fails[0] == 0, "a conversation over the cap keeps going (oldest turns dropped)")
+	check(s.get_transcript().size() == 8, "the transcript keeps every turn")
+	check(s.tokens_used <= 96, "the session stays within its cap (%d)" % s.tokens_used)
+	check(s.last_stats().reused_tokens > 0, "the system prompt's KV is still reused (%d)"
+		% s.last_stats().reused_tokens)
