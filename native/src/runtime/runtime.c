@@ -586,10 +586,18 @@ static geist_status prepare(gt_req *r, gt_err *err) {
                        "empty prompt on a session without logits: nothing to continue from");
     st = gt_sampler_create(m->cfg.n_vocab, &r->sopts, &r->sampler, err);
     if (st != GEIST_OK) return st;
+    /* The penalty window sees the conversation, not just this request: the session's own
+     * held tokens, then the prompt (a game resubmitting only the new turn keeps its history). */
     const int32_t last_n = r->sopts.penalty_last_n;
-    for (int32_t i = last_n > 0 && r->n_prompt > last_n ? r->n_prompt - last_n : 0;
-         last_n > 0 && i < r->n_prompt; i++)
-        gt_sampler_accept(r->sampler, r->prompt[i]);
+    if (last_n > 0) {
+        const int32_t n_held = s->n_past - s->n_prefix;
+        const int32_t from_prompt = r->n_prompt < last_n ? r->n_prompt : last_n;
+        const int32_t from_held = last_n - from_prompt < n_held ? last_n - from_prompt : n_held;
+        for (int32_t i = n_held - from_held; i < n_held; i++)
+            gt_sampler_accept(r->sampler, s->ids[i]);
+        for (int32_t i = r->n_prompt - from_prompt; i < r->n_prompt; i++)
+            gt_sampler_accept(r->sampler, r->prompt[i]);
+    }
     if (geist_detokenizer_create(m, 0, &r->detok) != GEIST_OK)
         return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (detokenizer)");
     r->state = r->n_prompt > 0 ? R_PREFILL : R_SAMPLE;
