@@ -1,10 +1,12 @@
 """cpu_x86 against cpu_scalar: kernels, fixtures, real models, thread-count determinism.
 
-cpu_x86 rounds activations as act_quant.h says (as cpu_scalar does), dequantizes to exactly
-cpu_scalar's floats and reproduces cpu_scalar's summation order, so its results are bit-identical
-to cpu_scalar's; these tests hold it to that (stronger than the 1e-3 acceptance). Both forced
-variants ("cpu_x86_avx2", "cpu_x86_avx512") are checked where the CPU has them; on a CPU without
-AVX-512 those tests skip.
+Products with quantized weights are integer block dots on activations quantized once per
+product (act_quant.h), combined in the canonical float order of cpu_scalar/quants.c; cpu_x86
+(AVX2 and AVX-512 VNNI) computes exactly that, so its results are bit-identical to cpu_scalar's;
+these tests hold it to that (stronger than the 1e-3 acceptance). Both forced variants
+("cpu_x86_avx2", "cpu_x86_avx512" = AVX-512 F/BW/VL/VNNI) are checked where the CPU has them; on
+a CPU without AVX-512 VNNI those tests skip. vec_dot (float x, no activation quantization) keeps
+cpu_scalar's float arithmetic on every backend.
 """
 
 from __future__ import annotations

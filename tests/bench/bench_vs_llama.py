@@ -82,6 +82,8 @@ else:
 out[f"tg{tg}_tps"] = tg / dt
 out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 out["base_rss_mib"] = base / 1024
+import os
+out["loadavg_1m"] = os.getloadavg()[0]
 print(json.dumps(out))
 """
 
@@ -90,7 +92,8 @@ def run_one(py: str, side: str, path: str, threads: int, pps: list[int], tg: int
             backend: str) -> dict[str, float | str]:
     res = subprocess.run(
         [py, "-c", WORKER, side, path, str(threads), ",".join(map(str, pps)), str(tg), backend],
-        capture_output=True, text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},  # numpy's BLAS threads stay idle
     )
     if res.returncode != 0:
         raise RuntimeError(f"{side} run failed:\n{res.stderr[-2000:]}")
@@ -142,7 +145,8 @@ def main() -> int:
                 r["rss_mib"] = float(r["peak_rss_mib"]) - float(r["base_rss_mib"])
                 raw[side].append(r)
                 print(f"  {Path(path).name} run {i + 1} {side}: "
-                      + " ".join(f"{m}={float(r[m]):.2f}" for m in metrics), file=sys.stderr)
+                      + " ".join(f"{m}={float(r[m]):.2f}" for m in metrics)
+                      + f" (load avg {float(r['loadavg_1m']):.1f})", file=sys.stderr)
         summ = {s: {m: summarize([float(r[m]) for r in raw[s]]) for m in metrics} for s in sides}
         entry: dict[str, object] = {"path": path, "file_mib": os.path.getsize(path) / 2**20,
                                     "runs": raw, "summary": summ}

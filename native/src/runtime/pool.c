@@ -7,8 +7,10 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-/* ~20-60 us of polling before a worker or the waiting caller sleeps (x86 pause: 40-140 cycles) */
-#define SPIN_ITERS 1024
+/* ~0.05-0.2 ms of polling before a worker or the waiting caller sleeps (x86 pause: 40-140
+ * cycles): a decode step leaves gaps of tens of us between products (attention, norms), and a
+ * futex wake-up per product cost ~10 % of SmolLM2 decode with 1024 */
+#define SPIN_ITERS 4096
 
 typedef struct worker {
     struct gt_pool *pool;

@@ -1,7 +1,7 @@
 /* A worker pool for the forward pass: n_threads - 1 pthreads plus the calling thread.
  *
- * Idle workers sleep on a condition variable; after a job they spin briefly (a few tens of
- * microseconds) before sleeping, because a forward pass issues its matmuls back to back and a
+ * Idle workers sleep on a condition variable; after a job they spin briefly (up to ~0.2 ms)
+ * before sleeping, because a forward pass issues its matmuls back to back and a
  * condition-variable wake-up per matmul would cost more than the short ones take.
  *
  * Concurrency: gt_pool_run may be called from several threads at once (sessions of one engine
