@@ -171,14 +171,16 @@ class RequestHandle:
 
     def _sync_history(self) -> None:
         s = self.session
-        if s._ptr is None:
-            return
-        try:
-            s._sync_history()  # the native session knows the tokens it holds
-        except GeistError:
-            held = s.history + self._prompt_ids + self._result.ids
-            s.history = held[: int(lib.geist_session_n_past(s._ptr))]
-        s._active = None
+        # the session's lock: close() on another thread must not free it while we read it
+        with s._lock:
+            if s._ptr is None:
+                return
+            try:
+                s._sync_history()  # the native session knows the tokens it holds
+            except GeistError:
+                held = s.history + self._prompt_ids + self._result.ids
+                s.history = held[: int(lib.geist_session_n_past(s._ptr))]
+            s._active = None
 
 
 class Runtime:
