@@ -211,6 +211,8 @@ GEIST_API void geist_session_options_default(geist_session_options *opts);
 GEIST_API geist_status geist_session_create(geist_model *model, const geist_session_options *opts,
                                             geist_session **out);
 
+/* Frees a session. If a request of the async runtime is queued or running on it, the request is
+ * cancelled first (it ends with a CANCELLED event) and the call waits for the current step. */
 GEIST_API void geist_session_free(geist_session *session);
 
 /* Copies the message of the last failed call on this session. Returns its length. */
