@@ -120,12 +120,7 @@ geist_status gt_model_record_error(const geist_model *m, const gt_err *err) {
 size_t geist_model_error(geist_model *m, char *buf, size_t cap) {
     if (!m) return 0;
     pthread_mutex_lock(&m->err_lock);
-    size_t len = strlen(m->last_err.msg);
-    if (buf && cap > 0) {
-        size_t n = len < cap - 1 ? len : cap - 1;
-        memcpy(buf, m->last_err.msg, n);
-        buf[n] = '\0';
-    }
+    size_t len = gt_copy_message(m->last_err.msg, buf, cap);
     pthread_mutex_unlock(&m->err_lock);
     return len;
 }

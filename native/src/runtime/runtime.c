@@ -769,6 +769,20 @@ static void deliver_callback(gt_runtime *rt, geist_event_callback cb, void *user
     ev_vec_clear(evs, 0);
 }
 
+/* Hands events to the callback (outside the lock) or to the poll queue. Called with the lock held;
+ * returns with it held. */
+static void emit_locked(gt_runtime *rt, ev_vec *evs) {
+    if (rt->opts.on_event) {
+        geist_event_callback cb = rt->opts.on_event;
+        void *user = rt->opts.on_event_user;
+        pthread_mutex_unlock(&rt->lock);
+        deliver_callback(rt, cb, user, evs);
+        pthread_mutex_lock(&rt->lock);
+    } else {
+        publish(rt, evs);
+    }
+}
+
 static void *scheduler_main(void *arg) {
     gt_runtime *rt = arg;
     ev_vec evs = {0};
@@ -787,15 +801,7 @@ static void *scheduler_main(void *arg) {
         }
         if (evs.n) {
             pthread_cond_broadcast(&rt->step_done);
-            if (rt->opts.on_event) {
-                geist_event_callback cb = rt->opts.on_event;
-                void *user = rt->opts.on_event_user;
-                pthread_mutex_unlock(&rt->lock);
-                deliver_callback(rt, cb, user, &evs);
-                pthread_mutex_lock(&rt->lock);
-            } else {
-                publish(rt, &evs);
-            }
+            emit_locked(rt, &evs);
             continue;
         }
         if (!rt->reqs) {
@@ -972,15 +978,7 @@ static void *scheduler_main(void *arg) {
             }
         }
         pthread_cond_broadcast(&rt->step_done);
-        if (rt->opts.on_event) {
-            geist_event_callback cb = rt->opts.on_event;
-            void *user = rt->opts.on_event_user;
-            pthread_mutex_unlock(&rt->lock);
-            deliver_callback(rt, cb, user, &evs);
-            pthread_mutex_lock(&rt->lock);
-        } else {
-            publish(rt, &evs);
-        }
+        emit_locked(rt, &evs);
     }
     pthread_mutex_unlock(&rt->lock);
     ev_vec_clear(&evs, 0);

@@ -159,12 +159,7 @@ void geist_session_free(geist_session *s) {
 size_t geist_session_error(geist_session *s, char *buf, size_t cap) {
     if (!s) return 0;
     pthread_mutex_lock(&s->err_lock);
-    size_t len = strlen(s->last_err.msg);
-    if (buf && cap > 0) {
-        size_t n = len < cap - 1 ? len : cap - 1;
-        memcpy(buf, s->last_err.msg, n);
-        buf[n] = '\0';
-    }
+    size_t len = gt_copy_message(s->last_err.msg, buf, cap);
     pthread_mutex_unlock(&s->err_lock);
     return len;
 }

@@ -91,15 +91,17 @@ void gt_set_thread_error(const char *msg) {
 
 void gt_clear_thread_error(void) { g_thread_error[0] = '\0'; }
 
-size_t geist_last_error(char *buf, size_t cap) {
-    size_t len = strlen(g_thread_error);
+size_t gt_copy_message(const char *msg, char *buf, size_t cap) {
+    size_t len = strlen(msg);
     if (buf && cap > 0) {
         size_t n = len < cap - 1 ? len : cap - 1;
-        memcpy(buf, g_thread_error, n);
+        memcpy(buf, msg, n);
         buf[n] = '\0';
     }
     return len;
 }
+
+size_t geist_last_error(char *buf, size_t cap) { return gt_copy_message(g_thread_error, buf, cap); }
 
 void *gt_calloc(size_t n, size_t size) {
     if (n == 0 || size == 0) return calloc(1, 1);

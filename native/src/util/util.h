@@ -34,6 +34,10 @@ geist_status gt_fail(gt_err *err, geist_status status, const char *fmt, ...)
 geist_status gt_thread_fail(geist_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Copies msg into buf (NUL-terminated, truncated to cap); returns strlen(msg). The shape of
+ * every geist_*_error() call. */
+size_t gt_copy_message(const char *msg, char *buf, size_t cap);
+
 /* Thread-local "last error of this thread" (see geist_last_error). */
 void gt_set_thread_error(const char *msg);
 void gt_clear_thread_error(void);
