@@ -32,4 +32,4 @@ echo "== Python tests against the ASan+UBSan build (quick subset)" >&2
 scripts/pytest_asan.sh -q -m "not slow" -p no:cacheprovider
 
 echo "== Python tests (release build, all)" >&2
-$PY -m pytest -q "$@"
+$PY -m pytest -q -rs "$@"
