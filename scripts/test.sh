@@ -11,8 +11,8 @@ PY=.venv/bin/python
 echo "== ruff" >&2
 $PY -m ruff check python tests
 
-echo "== native build: release and asan" >&2
-$PY -m SCons -Q -j2 variant=release,asan >/dev/null
+echo "== native build: release, asan and tsan" >&2
+$PY -m SCons -Q -j2 variant=release,asan,tsan >/dev/null
 
 echo "== C unit tests (ASan+UBSan, leak detection on)" >&2
 SMOL=$($PY -c "from geist import models; print(models.smollm2_path())")
