@@ -16,7 +16,8 @@ import gguf
 import numpy as np
 import pytest
 
-geist = pytest.importorskip("geist")
+import geist
+from geist.testing import gpt2_byte_chars
 
 N_LAYER = 2
 D_MODEL = 64
@@ -34,27 +35,11 @@ UNSUPPORTED = 5
 # Building the valid model
 
 
-def _byte_level_tokens() -> list[str]:
-    """The 256 byte-level BPE symbols (GPT-2's printable mapping of every byte)."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("\xa1"), ord("\xac") + 1))
-        + list(range(ord("\xae"), ord("\xff") + 1))
-    )
-    out: dict[int, str] = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in out:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return [out[b] for b in range(256)]
-
-
 def _vocab() -> tuple[list[str], list[int], list[str]]:
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     merges = ["h e", "l l", "Ġ t", "he ll", "o r"]
     merged = [m.replace(" ", "") for m in merges]
-    tokens = specials + _byte_level_tokens() + merged
+    tokens = specials + gpt2_byte_chars() + merged
     types = [int(gguf.TokenType.CONTROL)] * len(specials) + [int(gguf.TokenType.NORMAL)] * (
         len(tokens) - len(specials)
     )

@@ -198,7 +198,7 @@ def quantize_matrix(data: Array, weight_type: str) -> tuple[Array, GGMLQuantizat
 # --- tokenizers ------------------------------------------------------------------------------
 
 
-def _gpt2_byte_chars() -> list[str]:
+def gpt2_byte_chars() -> list[str]:
     """The 256 printable stand-ins of byte-level BPE, in byte order 0..255."""
     printable = (
         list(range(ord("!"), ord("~") + 1))
@@ -235,7 +235,7 @@ _CHATML_TEMPLATE = (
 
 
 def _bpe_vocab(n_vocab: int) -> tuple[list[str], list[int], list[str]]:
-    tokens = list(_BPE_SPECIALS) + _gpt2_byte_chars()
+    tokens = list(_BPE_SPECIALS) + gpt2_byte_chars()
     types = [int(TokenType.CONTROL)] * len(_BPE_SPECIALS) + [int(TokenType.NORMAL)] * 256
     if n_vocab < len(tokens):
         raise ValueError(f"llama fixtures need n_vocab >= {len(tokens)} (specials + 256 bytes)")

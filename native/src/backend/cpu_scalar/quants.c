@@ -277,16 +277,6 @@ void gt_scalar_matmul_rows(uint32_t type, const void *w, size_t row_bytes, int64
  * Then lane[b % 8] += p with eight float lanes from +0, and the row's value is
  * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). One operation per statement, no fusing. */
 
-static inline float tree8(const float *l) {
-    const float s01 = l[0] + l[1];
-    const float s23 = l[2] + l[3];
-    const float s45 = l[4] + l[5];
-    const float s67 = l[6] + l[7];
-    const float s03 = s01 + s23;
-    const float s47 = s45 + s67;
-    return s03 + s47;
-}
-
 /* sum of nibble values times q over one 32-block: low nibbles are values 0..15, high 16..31 */
 static int32_t nib_dot(const uint8_t *qs, const int8_t *q) {
     int32_t s = 0;
@@ -343,7 +333,7 @@ static float dot_q_32(uint32_t type, const uint8_t *w, const uint8_t *xq, int64_
         }
         lane[b & 7] += p;
     }
-    return tree8(lane);
+    return gt_lane_tree8(lane);
 }
 
 static float dot_q_k(uint32_t type, const uint8_t *w, const uint8_t *xq, int64_t n) {
@@ -402,7 +392,7 @@ static float dot_q_k(uint32_t type, const uint8_t *w, const uint8_t *xq, int64_t
         }
         lane[b & 7] += p;
     }
-    return tree8(lane);
+    return gt_lane_tree8(lane);
 }
 
 float gt_scalar_dot_q(uint32_t type, const void *row, const void *xq, int64_t n) {

@@ -41,4 +41,16 @@ void gt_scalar_matmul_q(uint32_t type, const void *w, size_t row_bytes, int64_t 
                         int64_t r1, const void *xq, size_t xq_stride, int64_t n_tok, float *y,
                         int64_t ldy);
 
+/* The canonical final sum of the eight per-block float lanes of a quantized row product: every
+ * backend ends with exactly this tree so results are bit-identical (see quants.c). */
+static inline float gt_lane_tree8(const float *l) {
+    const float s01 = l[0] + l[1];
+    const float s23 = l[2] + l[3];
+    const float s45 = l[4] + l[5];
+    const float s67 = l[6] + l[7];
+    const float s03 = s01 + s23;
+    const float s47 = s45 + s67;
+    return s03 + s47;
+}
+
 #endif

@@ -45,17 +45,6 @@ static bool has_avx512(void) {
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
-/* cpu_scalar's final lane tree (quants.c) */
-static inline float x86_tree8(const float *l) {
-    const float s01 = l[0] + l[1];
-    const float s23 = l[2] + l[3];
-    const float s45 = l[4] + l[5];
-    const float s67 = l[6] + l[7];
-    const float s03 = s01 + s23;
-    const float s47 = s45 + s67;
-    return s03 + s47;
-}
-
 /* ---- float path: F32/F16 weights, and vec_dot ---------------------------------------------- */
 
 T_AVX2 static inline float ld_f16(const uint8_t *p) {
