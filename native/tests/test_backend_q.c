@@ -1,6 +1,6 @@
 /* Integer block-dot kernels: every available cpu_x86 variant (AVX2, AVX-512 VNNI) against
  * cpu_scalar's canonical arithmetic, bit for bit, on random blocks at odd sizes (row tails of
- * 1..7 blocks, 37 rows, 1 and 35 tokens so token tiles have tails), with the rows split over two
+ * 1..7 blocks, 37 rows, 1, 8 and 35 tokens so token tiles have tails), with the rows split over two
  * calls (as the pool splits them); cpu_scalar against the float64 dot of the dequantized row and
  * the rounded activations; the vectorized activation quantization against the scalar bytes, ties
  * included. Prints what ran; exit status 1 on any failure. */
@@ -38,9 +38,11 @@ int main(void) {
     for (int ti = 0; ti < 6; ti++) {
         const gt_type_info *inf = gt_type_get(types[ti]);
         const int64_t blk = inf->block;
-        const int64_t ns[] = {blk, 3 * blk, 7 * blk, 9 * blk, 13 * blk, 18 * blk};
-        for (int ni = 0; ni < 6; ni++) {
-            const int64_t n = ns[ni], nout = 37, ntok = (ni % 3 == 0) ? 1 : 35;
+        /* 41 blocks: more than one slice of the 16-row kernels (q_rows16.inc) */
+        const int64_t ns[] = {blk, 3 * blk, 7 * blk, 9 * blk, 13 * blk, 18 * blk, 41 * blk};
+        for (int ni = 0; ni < 7; ni++) {
+            const int64_t n = ns[ni], nout = 37;
+            const int64_t ntok = ni % 3 == 0 ? 1 : ni % 3 == 1 ? 35 : 8;
             const size_t rb = (size_t)(n / blk) * inf->bytes;
             uint8_t *w = malloc(rb * (size_t)nout);
             float *x = malloc(sizeof(float) * (size_t)(n * ntok));

@@ -21,11 +21,19 @@ static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
-static void rope(float *v, int32_t n_rot, gt_rope_style style, const float *inv_freq, float pos) {
+/* cos and sin of every rotary angle of one position (n_rot / 2 each), shared by all its heads */
+static void rope_angles(int32_t n_rot, const float *inv_freq, float pos, float *cs, float *sn) {
+    for (int32_t i = 0; i < n_rot / 2; i++) {
+        const double theta = (double)pos * (double)inv_freq[i];
+        cs[i] = (float)cos(theta);
+        sn[i] = (float)sin(theta);
+    }
+}
+
+static void rope(float *v, int32_t n_rot, gt_rope_style style, const float *cs, const float *sn) {
     const int32_t half = n_rot / 2;
     for (int32_t i = 0; i < half; i++) {
-        const double theta = (double)pos * (double)inv_freq[i];
-        const float c = (float)cos(theta), s = (float)sin(theta);
+        const float c = cs[i], s = sn[i];
         const int32_t a = style == GT_ROPE_NORM ? 2 * i : i;
         const int32_t b = style == GT_ROPE_NORM ? 2 * i + 1 : i + half;
         const float x0 = v[a], x1 = v[b];
@@ -36,9 +44,10 @@ static void rope(float *v, int32_t n_rot, gt_rope_style style, const float *inv_
 
 static float act(gt_act a, float x) {
     if (a == GT_ACT_SILU) return x / (1.0f + expf(-x));
-    /* GELU, tanh approximation */
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+    /* GELU, tanh approximation: 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), one expf instead of
+     * tanhf's expm1f + division (a tenth of Gemma's prefill went to tanhf) */
+    const float k2 = 1.5957691216057308f; /* 2 sqrt(2/pi) */
+    return x / (1.0f + expf(-k2 * (x + 0.044715f * x * x * x)));
 }
 
 /* Matrix products go through the engine's worker pool in tasks of MM_ROWS output rows. The task
@@ -64,6 +73,21 @@ static void mm_task(void *ctx, int64_t task, float *tmp) {
     else j->be->matmul(j->w, j->x, j->n, j->y, j->ldy, r0, r1, tmp);
 }
 
+typedef struct quant_job {
+    const gt_backend *be;
+    const gt_weight *w;
+    const float *x;
+    uint8_t *xq;
+    size_t rb;
+} quant_job;
+
+/* Pool task: quantize the activations of token `task` */
+static void quant_task(void *ctx, int64_t task, float *unused) {
+    (void)unused;
+    const quant_job *j = ctx;
+    j->be->quantize_acts(j->w->type, j->x + task * j->w->n_in, 1, j->w->n_in, j->xq + task * j->rb);
+}
+
 /* y[t * ldy + r] = dot(W[r], x[t]); tmp: w->n_in floats for the calling thread. */
 static void pool_matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w, const float *x,
                         int32_t n, float *y, int64_t ldy, float *tmp) {
@@ -77,7 +101,8 @@ static void pool_matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w,
         const size_t need = rb * (size_t)n;
         void *buf = need <= sizeof small ? (void *)small : (heap = aligned_alloc(64, need));
         if (buf != NULL) {
-            be->quantize_acts(w->type, x, n, w->n_in, buf);
+            quant_job qj = {be, w, x, buf, rb};
+            gt_pool_run(pool, n, 0, quant_task, &qj, tmp);
             j.xq = buf;
         }
     }
@@ -92,11 +117,13 @@ static void matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w, cons
     pool_matmul(pool, be, w, x, n, y, w->n_out, tmp);
 }
 
-/* A group: the contiguous rows of one session. Its rows attend in order (write K/V of a row, then
- * attend), so a ring never loses a row a later token of the same group still needs; different
- * groups are independent and run as separate pool tasks. */
+/* A group: the contiguous rows of one session. When its K/V rows can all be written before any
+ * of them attends (gt_kv_rows_independent: no ring slot reused inside the group, no KIVI block
+ * closing), its rows attend in parallel; otherwise they run in order (write K/V of a row, then
+ * attend), so a ring never loses a row a later token of the same group still needs. */
 typedef struct group {
     int32_t r0, n;
+    bool parallel;    /* this layer: K/V written first, rows attend as separate tasks */
     gt_attn_scratch attn;
     int32_t attn_ctx; /* max_ctx the attn scratch was made for (0: none) */
 } group;
@@ -104,6 +131,9 @@ typedef struct group {
 struct gt_fwd_scratch {
     int32_t cap_rows, cap_groups;
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *tmp, *lg;
+    int32_t *row_group; /* group index of each row */
+    float *ctmp;        /* the calling thread's scratch for row tasks (ctmp_floats) */
+    size_t ctmp_floats;
     int32_t cap_lg; /* logits rows lg holds */
     group *groups;
     uint64_t bytes;
@@ -122,7 +152,9 @@ static void free_rows(gt_fwd_scratch *sc) {
     free(sc->gate);
     free(sc->up);
     free(sc->tmp);
+    free(sc->row_group);
     sc->x = sc->xn = sc->q = sc->k = sc->v = sc->att = sc->o = sc->gate = sc->up = sc->tmp = NULL;
+    sc->row_group = NULL;
     sc->cap_rows = 0;
 }
 
@@ -130,6 +162,7 @@ void gt_fwd_scratch_free(gt_fwd_scratch *sc) {
     if (!sc) return;
     free_rows(sc);
     free(sc->lg);
+    free(sc->ctmp);
     for (int32_t g = 0; g < sc->cap_groups; g++)
         if (sc->groups[g].attn_ctx) gt_attn_scratch_free(&sc->groups[g].attn);
     free(sc->groups);
@@ -160,14 +193,22 @@ static bool grow_rows(gt_fwd_scratch *sc, const gt_config *c, int32_t rows) {
     sc->gate = gt_malloc_array(n, (size_t)c->n_ff * sizeof(float));
     sc->up = gt_malloc_array(n, (size_t)c->n_ff * sizeof(float));
     sc->tmp = malloc(widest * sizeof(float));
+    sc->row_group = gt_malloc_array(n, sizeof(int32_t));
     if (!sc->x || !sc->xn || !sc->q || !sc->k || !sc->v || !sc->att || !sc->o || !sc->gate ||
-        !sc->up || !sc->tmp) {
+        !sc->up || !sc->tmp || !sc->row_group) {
         free_rows(sc);
         return false;
     }
     sc->cap_rows = rows;
-    sc->bytes = (n * per_row + widest) * sizeof(float);
+    sc->bytes = (n * per_row + widest) * sizeof(float) + n * sizeof(int32_t);
     return true;
+}
+
+/* Floats of per-thread scratch a row task needs: attention (scores over max_ctx positions and
+ * one dequantized K and V row) or rotary angles (n_rot). */
+static size_t row_task_floats(const gt_config *c, int32_t max_ctx) {
+    const size_t attn = (size_t)max_ctx + (size_t)c->head_dim_k + (size_t)c->head_dim_v;
+    return attn > (size_t)c->n_rot ? attn : (size_t)c->n_rot;
 }
 
 static bool grow_groups(gt_fwd_scratch *sc, const gt_config *c, int32_t n_groups,
@@ -187,6 +228,14 @@ static bool grow_groups(gt_fwd_scratch *sc, const gt_config *c, int32_t n_groups
         if (!gt_attn_scratch_init(&g->attn, c, max_ctx)) return false;
         g->attn_ctx = max_ctx;
     }
+    const size_t need = row_task_floats(c, max_ctx);
+    if (need > sc->ctmp_floats) {
+        float *t = malloc(need * sizeof(float));
+        if (!t) return false;
+        free(sc->ctmp);
+        sc->ctmp = t;
+        sc->ctmp_floats = need;
+    }
     return true;
 }
 
@@ -200,44 +249,113 @@ static bool grow_logits(gt_fwd_scratch *sc, const gt_config *c, int32_t rows) {
     return true;
 }
 
-typedef struct attn_job {
+/* ---- the per-layer work around the matrix products, as pool tasks --------------------------
+ * Each step is a job of independent tasks (one per row, or one per group for the K/V writes), so
+ * it runs on every thread and its results do not depend on which thread ran what. */
+
+typedef enum row_step {
+    STEP_ATTN_NORM, /* xn = norm(x) */
+    STEP_QK,        /* QK norm and rotary embedding of q and k */
+    STEP_KV,        /* rows of parallel groups store their K/V */
+    STEP_IN_ORDER,  /* per group not parallel: store K/V and attend, row after row */
+    STEP_ATTEND,    /* rows of parallel groups attend */
+    STEP_POST_ATTN, /* x += post_norm(o); xn = ffn_norm(x) */
+    STEP_ACT,       /* gate = act(gate) * up */
+    STEP_POST_FFN   /* x += post_norm(o) */
+} row_step;
+
+typedef struct layer_job {
     const geist_model *m;
     const gt_batch_row *rows;
     gt_fwd_scratch *sc;
     int32_t il;
-} attn_job;
+    row_step step;
+} layer_job;
 
-/* Pool task: rope, K/V store and attention for the rows of group `task`, in order. */
-static void attn_task(void *ctx, int64_t task, float *unused) {
-    (void)unused;
-    const attn_job *j = ctx;
+static void layer_task(void *ctx, int64_t task, float *tmp) {
+    const layer_job *j = ctx;
     const geist_model *m = j->m;
     const gt_config *c = &m->cfg;
     const gt_layer *L = &m->layers[j->il];
     gt_fwd_scratch *sc = j->sc;
-    group *g = &sc->groups[task];
+    const int64_t d = c->d_model;
     const int64_t qd = (int64_t)c->n_head * c->head_dim_k;
     const int64_t kd = (int64_t)c->n_head_kv * c->head_dim_k;
     const int64_t vd = (int64_t)c->n_head_kv * c->head_dim_v;
     const int64_t od = (int64_t)c->n_head * c->head_dim_v;
-    const float *inv_freq = L->sliding ? m->inv_freq_local : m->inv_freq_global;
-    const float pscale = L->sliding ? 1.0f : c->rope_scale_global;
-    for (int32_t t = g->r0; t < g->r0 + g->n; t++) {
+    const int64_t t = task;
+    switch (j->step) {
+    case STEP_ATTN_NORM:
+        rmsnorm(sc->xn + t * d, sc->x + t * d, L->attn_norm.data, d, c->eps);
+        break;
+    case STEP_QK: {
         const gt_batch_row *r = &j->rows[t];
+        const float *inv_freq = L->sliding ? m->inv_freq_local : m->inv_freq_global;
+        const float pscale = L->sliding ? 1.0f : c->rope_scale_global;
+        float *cs = tmp, *sn = tmp + c->n_rot / 2;
+        rope_angles(c->n_rot, inv_freq, (float)r->pos * pscale, cs, sn);
         float *qt = sc->q + t * qd, *kt = sc->k + t * kd;
         for (int32_t h = 0; h < c->n_head; h++) {
             float *qh = qt + (int64_t)h * c->head_dim_k;
             if (c->qk_norm) rmsnorm(qh, qh, L->q_norm.data, c->head_dim_k, c->eps);
-            rope(qh, c->n_rot, c->rope_style, inv_freq, (float)r->pos * pscale);
+            rope(qh, c->n_rot, c->rope_style, cs, sn);
         }
         for (int32_t h = 0; h < c->n_head_kv; h++) {
             float *kh = kt + (int64_t)h * c->head_dim_k;
             if (c->qk_norm) rmsnorm(kh, kh, L->k_norm.data, c->head_dim_k, c->eps);
-            rope(kh, c->n_rot, c->rope_style, inv_freq, (float)r->pos * pscale);
+            rope(kh, c->n_rot, c->rope_style, cs, sn);
         }
-        gt_kv_write(r->s, j->il, r->pos, kt, sc->v + t * vd);
-        gt_kv_attend(r->s, j->il, qt, r->pos, sc->att + t * od, &g->attn);
+        break;
     }
+    case STEP_KV: {
+        if (!sc->groups[sc->row_group[t]].parallel) break;
+        const gt_batch_row *r = &j->rows[t];
+        gt_kv_write(r->s, j->il, r->pos, sc->k + t * kd, sc->v + t * vd);
+        break;
+    }
+    case STEP_IN_ORDER: {
+        group *g = &sc->groups[t];
+        if (g->parallel) break;
+        for (int32_t i = g->r0; i < g->r0 + g->n; i++) {
+            const gt_batch_row *r = &j->rows[i];
+            gt_kv_write(r->s, j->il, r->pos, sc->k + i * kd, sc->v + i * vd);
+            gt_kv_attend(r->s, j->il, sc->q + i * qd, r->pos, sc->att + i * od, &g->attn);
+        }
+        break;
+    }
+    case STEP_ATTEND: {
+        if (!sc->groups[sc->row_group[t]].parallel) break;
+        const gt_batch_row *r = &j->rows[t];
+        const int32_t max_ctx = r->s->max_seq_len;
+        gt_attn_scratch a = {tmp, tmp + max_ctx, tmp + max_ctx + c->head_dim_k};
+        gt_kv_attend(r->s, j->il, sc->q + t * qd, r->pos, sc->att + t * od, &a);
+        break;
+    }
+    case STEP_POST_ATTN: {
+        float *ot = sc->o + t * d, *xt = sc->x + t * d;
+        if (c->post_norms) rmsnorm(ot, ot, L->post_attn_norm.data, d, c->eps);
+        for (int64_t i = 0; i < d; i++) xt[i] += ot[i];
+        rmsnorm(sc->xn + t * d, xt, L->ffn_norm.data, d, c->eps);
+        break;
+    }
+    case STEP_ACT: {
+        float *gt = sc->gate + t * c->n_ff;
+        const float *ut = sc->up + t * c->n_ff;
+        for (int64_t i = 0; i < c->n_ff; i++) gt[i] = act(c->act, gt[i]) * ut[i];
+        break;
+    }
+    case STEP_POST_FFN: {
+        float *ot = sc->o + t * d, *xt = sc->x + t * d;
+        if (c->post_norms) rmsnorm(ot, ot, L->post_ffn_norm.data, d, c->eps);
+        for (int64_t i = 0; i < d; i++) xt[i] += ot[i];
+        break;
+    }
+    }
+}
+
+static void layer_step(gt_pool *pool, layer_job *j, row_step step, int64_t n_tasks) {
+    j->step = step;
+    gt_pool_run(pool, n_tasks, j->sc->ctmp_floats, layer_task, j, j->sc->ctmp);
 }
 
 /* Rows [0, n) through every layer; leaves the final hidden states (after the output norm) in
@@ -257,30 +375,30 @@ static void run_layers(const geist_model *m, const gt_batch_row *rows, int32_t n
     }
     for (int32_t il = 0; il < c->n_layer; il++) {
         const gt_layer *L = &m->layers[il];
-        for (int32_t t = 0; t < n; t++)
-            rmsnorm(sc->xn + t * d, sc->x + t * d, L->attn_norm.data, d, c->eps);
+        layer_job j = {m, rows, sc, il, STEP_ATTN_NORM};
+        layer_step(pool, &j, STEP_ATTN_NORM, n);
         matmul(pool, be, &L->wq, sc->xn, n, sc->q, sc->tmp);
         matmul(pool, be, &L->wk, sc->xn, n, sc->k, sc->tmp);
         matmul(pool, be, &L->wv, sc->xn, n, sc->v, sc->tmp);
-        attn_job aj = {m, rows, sc, il};
-        gt_pool_run(pool, n_groups, 0, attn_task, &aj, sc->tmp);
-        matmul(pool, be, &L->wo, sc->att, n, sc->o, sc->tmp);
-        for (int32_t t = 0; t < n; t++) {
-            float *ot = sc->o + t * d, *xt = sc->x + t * d;
-            if (c->post_norms) rmsnorm(ot, ot, L->post_attn_norm.data, d, c->eps);
-            for (int64_t i = 0; i < d; i++) xt[i] += ot[i];
-            rmsnorm(sc->xn + t * d, xt, L->ffn_norm.data, d, c->eps);
+        layer_step(pool, &j, STEP_QK, n);
+        int32_t n_parallel = 0;
+        for (int32_t g = 0; g < n_groups; g++) {
+            group *gr = &sc->groups[g];
+            gr->parallel = gr->n > 1 && gt_kv_rows_independent(rows[gr->r0].s, il, gr->n);
+            n_parallel += gr->parallel;
         }
+        if (n_parallel > 0) {
+            layer_step(pool, &j, STEP_KV, n);
+            layer_step(pool, &j, STEP_ATTEND, n);
+        }
+        if (n_parallel < n_groups) layer_step(pool, &j, STEP_IN_ORDER, n_groups);
+        matmul(pool, be, &L->wo, sc->att, n, sc->o, sc->tmp);
+        layer_step(pool, &j, STEP_POST_ATTN, n);
         matmul(pool, be, &L->w_gate, sc->xn, n, sc->gate, sc->tmp);
         matmul(pool, be, &L->w_up, sc->xn, n, sc->up, sc->tmp);
-        const int64_t total = (int64_t)n * c->n_ff;
-        for (int64_t i = 0; i < total; i++) sc->gate[i] = act(c->act, sc->gate[i]) * sc->up[i];
+        layer_step(pool, &j, STEP_ACT, n);
         matmul(pool, be, &L->w_down, sc->gate, n, sc->o, sc->tmp);
-        for (int32_t t = 0; t < n; t++) {
-            float *ot = sc->o + t * d, *xt = sc->x + t * d;
-            if (c->post_norms) rmsnorm(ot, ot, L->post_ffn_norm.data, d, c->eps);
-            for (int64_t i = 0; i < d; i++) xt[i] += ot[i];
-        }
+        layer_step(pool, &j, STEP_POST_FFN, n);
     }
     for (int32_t t = 0; t < n; t++)
         rmsnorm(sc->xn + t * d, sc->x + t * d, m->output_norm.data, d, c->eps);
@@ -306,6 +424,7 @@ geist_status gt_forward_batch(const geist_model *m, const gt_batch_row *rows, in
             sc->groups[gi].n = 0;
         }
         sc->groups[gi].n++;
+        sc->row_group[t] = gi;
     }
     run_layers(m, rows, n, n_groups, sc);
 
@@ -342,7 +461,7 @@ geist_status gt_forward_batch(const geist_model *m, const gt_batch_row *rows, in
     return GEIST_OK;
 }
 
-#define GT_CHUNK 32 /* tokens per pass for one session's prefill: bounds scratch */
+#define GT_CHUNK 64 /* tokens per pass for one session's prefill: bounds scratch */
 
 geist_status gt_forward(geist_session *s, const int32_t *ids, int32_t n, float *all_logits,
                         gt_err *err) {

@@ -452,6 +452,11 @@ void gt_kv_write(geist_session *s, int32_t layer, int32_t pos, const float *k, c
     quant_row((uint8_t *)kv->v + row * g->vrow, g->mode, v, c->n_head_kv, c->head_dim_v);
 }
 
+bool gt_kv_rows_independent(const geist_session *s, int32_t layer, int32_t n) {
+    if (n <= 1) return true;
+    return s->geom.mode != GEIST_KV_KIVI2 && !s->kv[layer].ring;
+}
+
 /* One storage (the session's own or the shared prefix's) seen by a query. */
 typedef struct kv_seg {
     const gt_kv_layer *kv;

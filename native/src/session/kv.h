@@ -30,6 +30,11 @@ void gt_kv_write(geist_session *s, int32_t layer, int32_t pos, const float *k, c
 void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t pos, float *out,
                   gt_attn_scratch *a);
 
+/* Whether n consecutive new positions of this layer may all be written before any of them
+ * attends, with the same results as writing and attending one at a time: true unless a ring slot
+ * would be reused within them or a KIVI block would close (which requantizes rows). */
+bool gt_kv_rows_independent(const geist_session *s, int32_t layer, int32_t n);
+
 /* ---- storage ------------------------------------------------------------------------------ */
 
 /* 1 for a known mode (GEIST_KV_F32 .. GEIST_KV_KIVI2). */
