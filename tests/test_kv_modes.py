@@ -206,3 +206,24 @@ def rss_small_vs_full_context(gemma3_path: str, mode: str) -> None:
         assert _greedy(small, prompt, 8) == _greedy(big, prompt, 8)
         small.close()
         big.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("backend", ["cpu_scalar", None])  # None: the best (cpu_x86 here)
+def test_staged_pass_on_a_ring_after_a_prefix(tmp_path: Path, mode: str,
+                                              backend: str | None) -> None:
+    """A 60-token pass on ring layers (window 8) after a shared prefix: its rows attend in
+    parallel, reading their own K/V from a stage (kv.h), and equal token-by-token decoding bit for
+    bit, the INT4 rotation over cache + stage included. On 8-bit activations (the default) too."""
+    path = testing.build_fixture(tmp_path / "g.gguf", arch="gemma3", weight_type="Q4_K", seed=3)
+    with geist.Model.load(path, engine=geist.Engine(backend=backend, n_threads=2)) as m:
+        persona, ids = random_ids(m, 12, seed=8), random_ids(m, 60, seed=9)
+        with m.prefix(persona, kv_mode=mode) as pre:
+            with m.session(max_seq_len=100, kv_mode=mode, prefix=pre) as a:
+                a.prefill(ids[:5])  # the pass starts with ring rows already written
+                got = a.eval(ids[5:])
+            with m.session(max_seq_len=100, kv_mode=mode, prefix=pre) as b:
+                b.prefill(ids[:5])
+                for i, t in enumerate(ids[5:]):
+                    b.decode(t)
+                    np.testing.assert_array_equal(b.logits(), got[i])

@@ -117,13 +117,14 @@ static void matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w, cons
     pool_matmul(pool, be, w, x, n, y, w->n_out, tmp);
 }
 
-/* A group: the contiguous rows of one session. When its K/V rows can all be written before any
- * of them attends (gt_kv_rows_independent: no ring slot reused inside the group, no KIVI block
- * closing), its rows attend in parallel; otherwise they run in order (write K/V of a row, then
- * attend), so a ring never loses a row a later token of the same group still needs. */
+/* A group: the contiguous rows of one session. Per layer its rows either attend as separate
+ * tasks, after all their K/V rows were written (GT_KV_DIRECT) or staged (GT_KV_STAGED, rings), or
+ * one after the other, each writing its K/V row and attending (GT_KV_IN_ORDER). All three give
+ * the same numbers (kv.h). */
 typedef struct group {
     int32_t r0, n;
-    bool parallel;    /* this layer: K/V written first, rows attend as separate tasks */
+    gt_kv_batching mode; /* this layer */
+    gt_kv_stage stage;   /* GT_KV_STAGED: the rows' K/V, in the fwd scratch */
     gt_attn_scratch attn;
     int32_t attn_ctx; /* max_ctx the attn scratch was made for (0: none) */
 } group;
@@ -132,6 +133,8 @@ struct gt_fwd_scratch {
     int32_t cap_rows, cap_groups;
     float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *tmp, *lg;
     int32_t *row_group; /* group index of each row */
+    uint8_t *stage;     /* staged K/V rows, stage_stride bytes per row of the batch */
+    size_t stage_stride;
     float *ctmp;        /* the calling thread's scratch for row tasks (ctmp_floats) */
     size_t ctmp_floats;
     int32_t cap_lg; /* logits rows lg holds */
@@ -153,6 +156,8 @@ static void free_rows(gt_fwd_scratch *sc) {
     free(sc->up);
     free(sc->tmp);
     free(sc->row_group);
+    free(sc->stage);
+    sc->stage = NULL;
     sc->x = sc->xn = sc->q = sc->k = sc->v = sc->att = sc->o = sc->gate = sc->up = sc->tmp = NULL;
     sc->row_group = NULL;
     sc->cap_rows = 0;
@@ -194,13 +199,16 @@ static bool grow_rows(gt_fwd_scratch *sc, const gt_config *c, int32_t rows) {
     sc->up = gt_malloc_array(n, (size_t)c->n_ff * sizeof(float));
     sc->tmp = malloc(widest * sizeof(float));
     sc->row_group = gt_malloc_array(n, sizeof(int32_t));
+    /* the widest row format (F32) of any session's KV: gt_kv_stage_row_bytes' bound */
+    sc->stage_stride = (kd + vd) * sizeof(float);
+    sc->stage = gt_malloc_array(n, sc->stage_stride);
     if (!sc->x || !sc->xn || !sc->q || !sc->k || !sc->v || !sc->att || !sc->o || !sc->gate ||
-        !sc->up || !sc->tmp || !sc->row_group) {
+        !sc->up || !sc->tmp || !sc->row_group || !sc->stage) {
         free_rows(sc);
         return false;
     }
     sc->cap_rows = rows;
-    sc->bytes = (n * per_row + widest) * sizeof(float) + n * sizeof(int32_t);
+    sc->bytes = (n * per_row + widest) * sizeof(float) + n * (sizeof(int32_t) + sc->stage_stride);
     return true;
 }
 
@@ -256,9 +264,9 @@ static bool grow_logits(gt_fwd_scratch *sc, const gt_config *c, int32_t rows) {
 typedef enum row_step {
     STEP_ATTN_NORM, /* xn = norm(x) */
     STEP_QK,        /* QK norm and rotary embedding of q and k */
-    STEP_KV,        /* rows of parallel groups store their K/V */
-    STEP_IN_ORDER,  /* per group not parallel: store K/V and attend, row after row */
-    STEP_ATTEND,    /* rows of parallel groups attend */
+    STEP_KV,        /* rows of direct and staged groups store their K/V */
+    STEP_ATTEND,    /* rows of direct and staged groups attend */
+    STEP_GROUP,     /* per group: in order, store K/V and attend row after row; staged: store */
     STEP_POST_ATTN, /* x += post_norm(o); xn = ffn_norm(x) */
     STEP_ACT,       /* gate = act(gate) * up */
     STEP_POST_FFN   /* x += post_norm(o) */
@@ -308,27 +316,33 @@ static void layer_task(void *ctx, int64_t task, float *tmp) {
         break;
     }
     case STEP_KV: {
-        if (!sc->groups[sc->row_group[t]].parallel) break;
+        const group *g = &sc->groups[sc->row_group[t]];
         const gt_batch_row *r = &j->rows[t];
-        gt_kv_write(r->s, j->il, r->pos, sc->k + t * kd, sc->v + t * vd);
-        break;
-    }
-    case STEP_IN_ORDER: {
-        group *g = &sc->groups[t];
-        if (g->parallel) break;
-        for (int32_t i = g->r0; i < g->r0 + g->n; i++) {
-            const gt_batch_row *r = &j->rows[i];
-            gt_kv_write(r->s, j->il, r->pos, sc->k + i * kd, sc->v + i * vd);
-            gt_kv_attend(r->s, j->il, sc->q + i * qd, r->pos, sc->att + i * od, &g->attn);
-        }
+        if (g->mode == GT_KV_DIRECT)
+            gt_kv_write(r->s, j->il, r->pos, sc->k + t * kd, sc->v + t * vd);
+        else if (g->mode == GT_KV_STAGED)
+            gt_kv_stage_write(r->s, &g->stage, (int32_t)t - g->r0, sc->k + t * kd, sc->v + t * vd);
         break;
     }
     case STEP_ATTEND: {
-        if (!sc->groups[sc->row_group[t]].parallel) break;
+        const group *g = &sc->groups[sc->row_group[t]];
+        if (g->mode == GT_KV_IN_ORDER) break;
         const gt_batch_row *r = &j->rows[t];
         const int32_t max_ctx = r->s->max_seq_len;
         gt_attn_scratch a = {tmp, tmp + max_ctx, tmp + max_ctx + c->head_dim_k};
-        gt_kv_attend(r->s, j->il, sc->q + t * qd, r->pos, sc->att + t * od, &a);
+        gt_kv_attend(r->s, j->il, sc->q + t * qd, r->pos, sc->att + t * od, &a,
+                     g->mode == GT_KV_STAGED ? &g->stage : NULL);
+        break;
+    }
+    case STEP_GROUP: { /* in order: write and attend; staged: the rows into the cache */
+        group *g = &sc->groups[t];
+        if (g->mode == GT_KV_DIRECT) break;
+        for (int32_t i = g->r0; i < g->r0 + g->n; i++) {
+            const gt_batch_row *r = &j->rows[i];
+            gt_kv_write(r->s, j->il, r->pos, sc->k + i * kd, sc->v + i * vd);
+            if (g->mode == GT_KV_IN_ORDER)
+                gt_kv_attend(r->s, j->il, sc->q + i * qd, r->pos, sc->att + i * od, &g->attn, NULL);
+        }
         break;
     }
     case STEP_POST_ATTN: {
@@ -381,17 +395,24 @@ static void run_layers(const geist_model *m, const gt_batch_row *rows, int32_t n
         matmul(pool, be, &L->wk, sc->xn, n, sc->k, sc->tmp);
         matmul(pool, be, &L->wv, sc->xn, n, sc->v, sc->tmp);
         layer_step(pool, &j, STEP_QK, n);
-        int32_t n_parallel = 0;
+        int32_t n_split = 0, n_direct = 0; /* groups whose rows attend apart; of them direct */
         for (int32_t g = 0; g < n_groups; g++) {
             group *gr = &sc->groups[g];
-            gr->parallel = gr->n > 1 && gt_kv_rows_independent(rows[gr->r0].s, il, gr->n);
-            n_parallel += gr->parallel;
+            const geist_session *s = rows[gr->r0].s;
+            gr->mode = gt_kv_batching_for(s, il, gr->n);
+            if (gr->mode == GT_KV_STAGED) {
+                uint8_t *base = sc->stage + (size_t)gr->r0 * sc->stage_stride;
+                gr->stage = (gt_kv_stage){base, base + (size_t)gr->n * s->geom.krow, rows[gr->r0].pos,
+                                          gr->n};
+            }
+            n_split += gr->mode != GT_KV_IN_ORDER;
+            n_direct += gr->mode == GT_KV_DIRECT;
         }
-        if (n_parallel > 0) {
+        if (n_split > 0) {
             layer_step(pool, &j, STEP_KV, n);
             layer_step(pool, &j, STEP_ATTEND, n);
         }
-        if (n_parallel < n_groups) layer_step(pool, &j, STEP_IN_ORDER, n_groups);
+        if (n_direct < n_groups) layer_step(pool, &j, STEP_GROUP, n_groups);
         matmul(pool, be, &L->wo, sc->att, n, sc->o, sc->tmp);
         layer_step(pool, &j, STEP_POST_ATTN, n);
         matmul(pool, be, &L->w_gate, sc->xn, n, sc->gate, sc->tmp);

@@ -452,16 +452,29 @@ void gt_kv_write(geist_session *s, int32_t layer, int32_t pos, const float *k, c
     quant_row((uint8_t *)kv->v + row * g->vrow, g->mode, v, c->n_head_kv, c->head_dim_v);
 }
 
-bool gt_kv_rows_independent(const geist_session *s, int32_t layer, int32_t n) {
-    if (n <= 1) return true;
-    return s->geom.mode != GEIST_KV_KIVI2 && !s->kv[layer].ring;
+gt_kv_batching gt_kv_batching_for(const geist_session *s, int32_t layer, int32_t n) {
+    if (n <= 1 || s->geom.mode == GEIST_KV_KIVI2) return GT_KV_IN_ORDER;
+    return s->kv[layer].ring ? GT_KV_STAGED : GT_KV_DIRECT;
 }
 
-/* One storage (the session's own or the shared prefix's) seen by a query. */
+size_t gt_kv_stage_row_bytes(const geist_session *s) {
+    return s->geom.mode == GEIST_KV_KIVI2 ? 0 : s->geom.krow + s->geom.vrow;
+}
+
+void gt_kv_stage_write(const geist_session *s, const gt_kv_stage *st, int32_t i, const float *k,
+                       const float *v) {
+    const gt_config *c = &s->model->cfg;
+    const gt_kv_geom *g = &s->geom;
+    quant_row(st->k + (size_t)i * g->krow, g->mode, k, c->n_head_kv, c->head_dim_k);
+    quant_row(st->v + (size_t)i * g->vrow, g->mode, v, c->n_head_kv, c->head_dim_v);
+}
+
+/* One storage (the session's own, the shared prefix's, or a stage) seen by a query. */
 typedef struct kv_seg {
     const gt_kv_layer *kv;
     const gt_kv_geom *g;
     int32_t written; /* storage positions written so far */
+    bool joins_prev; /* continues the previous segment's storage (a stage after its ring) */
 } kv_seg;
 
 /* scores[j] = q . K[a + j] for storage positions a..b of KV head h. */
@@ -583,7 +596,7 @@ static void seg_values(const kv_seg *sg, const gt_config *c, const vec_ops *ops,
 
 /* Attention of one token at position pos over the layer's cache (its own K/V already stored). */
 void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t pos, float *out,
-                  gt_attn_scratch *sc) {
+                  gt_attn_scratch *sc, const gt_kv_stage *stage) {
     const gt_config *c = &s->model->cfg;
     const int32_t hk = c->head_dim_k, hv = c->head_dim_v;
     const bool sliding = s->model->layers[layer].sliding;
@@ -593,19 +606,31 @@ void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t
     const vec_ops ops = pick_ops();
     /* segments: [first, np) from the shared prefix, [max(first, np), pos] from our own rows */
     const int32_t np = s->n_prefix;
-    kv_seg segs[2];
-    int32_t lo[2], hi[2], n_seg = 0;
+    kv_seg segs[3];
+    int32_t lo[3], hi[3], n_seg = 0;
     if (s->prefix && first < np) {
         const geist_session *ps = s->prefix->s;
-        segs[n_seg] = (kv_seg){&ps->kv[layer], &ps->geom, np};
+        segs[n_seg] = (kv_seg){&ps->kv[layer], &ps->geom, np, false};
         lo[n_seg] = first;
         hi[n_seg] = pos < np - 1 ? pos : np - 1;
         n_seg++;
     }
-    if (pos >= np) {
-        segs[n_seg] = (kv_seg){&s->kv[layer], &s->geom, pos - np + 1};
-        lo[n_seg] = (first > np ? first : np) - np;
-        hi[n_seg] = pos - np;
+    /* own rows up to `last` from the cache; the staged ones after it */
+    const int32_t last = stage ? stage->pos0 - 1 : pos;
+    const int32_t own_lo = first > np ? first : np;
+    if (last >= own_lo) {
+        segs[n_seg] = (kv_seg){&s->kv[layer], &s->geom, last - np + 1, false};
+        lo[n_seg] = own_lo - np;
+        hi[n_seg] = last - np;
+        n_seg++;
+    }
+    gt_kv_layer staged;
+    if (stage) {
+        staged = (gt_kv_layer){stage->k, stage->v, NULL, NULL, stage->n, false};
+        const int32_t from = first > stage->pos0 ? first : stage->pos0;
+        segs[n_seg] = (kv_seg){&staged, &s->geom, pos - stage->pos0 + 1, n_seg > 0 && last >= own_lo};
+        lo[n_seg] = from - stage->pos0;
+        hi[n_seg] = pos - stage->pos0;
         n_seg++;
     }
     for (int32_t h = 0; h < c->n_head; h++) {
@@ -640,10 +665,13 @@ void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t
         j = 0;
         for (int32_t i = 0; i < n_seg; i++) {
             if (use_hadamard(segs[i].g->mode, hv)) {
-                memset(sc->row_v, 0, (size_t)hv * sizeof(float));
+                /* one rotation per storage: a stage continues its cache's sum */
+                if (!segs[i].joins_prev) memset(sc->row_v, 0, (size_t)hv * sizeof(float));
                 seg_values(&segs[i], c, &ops, g, sc->scores + j, lo[i], hi[i], sc->row_v);
-                fwht(sc->row_v, hv);
-                for (int32_t t = 0; t < hv; t++) oh[t] += sc->row_v[t];
+                if (i + 1 == n_seg || !segs[i + 1].joins_prev) {
+                    fwht(sc->row_v, hv);
+                    for (int32_t t = 0; t < hv; t++) oh[t] += sc->row_v[t];
+                }
             } else {
                 seg_values(&segs[i], c, &ops, g, sc->scores + j, lo[i], hi[i], oh);
             }

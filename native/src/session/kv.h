@@ -23,17 +23,38 @@ void gt_attn_scratch_free(gt_attn_scratch *a);
  * (a session on a shared prefix starts at n_prefix). */
 void gt_kv_write(geist_session *s, int32_t layer, int32_t pos, const float *k, const float *v);
 
+/* The K/V rows of one pass over several new positions of a session, set aside in the session's
+ * row format while those positions attend. On a sliding-window ring, writing them into the ring
+ * first could overwrite rows that earlier positions of the same pass still see; staged, every
+ * position reads older rows from the ring and the pass's rows from here, and the rows go into the
+ * ring (gt_kv_write) once all have attended. Row i (position pos0 + i) at k + i * krow and
+ * v + i * vrow (gt_kv_stage_row_bytes gives krow + vrow). */
+typedef struct gt_kv_stage {
+    uint8_t *k, *v;
+    int32_t pos0, n;
+} gt_kv_stage;
+
 /* out (n_head * head_dim_v) = softmax(q K^T * scale) V over the positions position `pos` sees in
  * this layer (all of 0..pos, or the last `window` of them on sliding-window layers), reading the
- * shared prefix's rows for positions below n_prefix. The K/V of pos itself must already be
- * written. */
+ * shared prefix's rows for positions below n_prefix and, with a stage (else NULL), the staged rows
+ * for positions from stage->pos0. The K/V of pos itself must already be written (or staged).
+ * Results are the same, bit for bit, as with every row written in order. */
 void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t pos, float *out,
-                  gt_attn_scratch *a);
+                  gt_attn_scratch *a, const gt_kv_stage *stage);
 
-/* Whether n consecutive new positions of this layer may all be written before any of them
- * attends, with the same results as writing and attending one at a time: true unless a ring slot
- * would be reused within them or a KIVI block would close (which requantizes rows). */
-bool gt_kv_rows_independent(const geist_session *s, int32_t layer, int32_t n);
+/* How n consecutive new positions of this layer can attend apart from each other (in parallel).
+ * GT_KV_DIRECT: write all their rows, then attend (no ring slot is reused among them);
+ * GT_KV_STAGED: stage their rows (a ring); GT_KV_IN_ORDER: write and attend one at a time
+ * (KIVI, whose block quantization changes rows that later positions read, or n == 1). */
+typedef enum gt_kv_batching { GT_KV_IN_ORDER = 0, GT_KV_DIRECT = 1, GT_KV_STAGED = 2 } gt_kv_batching;
+gt_kv_batching gt_kv_batching_for(const geist_session *s, int32_t layer, int32_t n);
+
+/* krow + vrow of the session's mode (KIVI: 0, it never stages); at most
+ * n_head_kv * (head_dim_k + head_dim_v) * 4. */
+size_t gt_kv_stage_row_bytes(const geist_session *s);
+/* Stores row i (position stage->pos0 + i) of the stage: the bytes gt_kv_write would store. */
+void gt_kv_stage_write(const geist_session *s, const gt_kv_stage *stage, int32_t i, const float *k,
+                       const float *v);
 
 /* ---- storage ------------------------------------------------------------------------------ */
 
