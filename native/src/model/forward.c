@@ -212,10 +212,9 @@ static bool grow_rows(gt_fwd_scratch *sc, const gt_config *c, int32_t rows) {
     return true;
 }
 
-/* Floats of per-thread scratch a row task needs: attention (scores over max_ctx positions and
- * one dequantized K and V row) or rotary angles (n_rot). */
+/* Floats of per-thread scratch a row task needs: attention (kv.h) or rotary angles (n_rot). */
 static size_t row_task_floats(const gt_config *c, int32_t max_ctx) {
-    const size_t attn = (size_t)max_ctx + (size_t)c->head_dim_k + (size_t)c->head_dim_v;
+    const size_t attn = gt_attn_scratch_floats(c, max_ctx);
     return attn > (size_t)c->n_rot ? attn : (size_t)c->n_rot;
 }
 
@@ -328,8 +327,8 @@ static void layer_task(void *ctx, int64_t task, float *tmp) {
         const group *g = &sc->groups[sc->row_group[t]];
         if (g->mode == GT_KV_IN_ORDER) break;
         const gt_batch_row *r = &j->rows[t];
-        const int32_t max_ctx = r->s->max_seq_len;
-        gt_attn_scratch a = {tmp, tmp + max_ctx, tmp + max_ctx + c->head_dim_k};
+        gt_attn_scratch a;
+        gt_attn_scratch_view(&a, c, r->s->max_seq_len, tmp);
         gt_kv_attend(r->s, j->il, sc->q + t * qd, r->pos, sc->att + t * od, &a,
                      g->mode == GT_KV_STAGED ? &g->stage : NULL);
         break;

@@ -164,8 +164,20 @@ void gt_kv_layer_copy(gt_kv_layer *dst, const gt_kv_layer *src, const gt_kv_geom
     if (src->v) memcpy(dst->v, src->v, rows * g->vrow);
 }
 
+size_t gt_attn_scratch_floats(const gt_config *c, int32_t max_ctx) {
+    const size_t group = (size_t)(c->n_head / c->n_head_kv);
+    return group * (size_t)max_ctx + (size_t)c->head_dim_k + (size_t)c->head_dim_v;
+}
+
+void gt_attn_scratch_view(gt_attn_scratch *a, const gt_config *c, int32_t max_ctx, float *buf) {
+    a->scores = buf;
+    a->row_k = buf + (size_t)(c->n_head / c->n_head_kv) * (size_t)max_ctx;
+    a->row_v = a->row_k + c->head_dim_k;
+}
+
 bool gt_attn_scratch_init(gt_attn_scratch *a, const gt_config *c, int32_t max_ctx) {
-    a->scores = malloc((size_t)max_ctx * sizeof(float));
+    /* scores: one row per query head of a KV group (the grouped F16 path) */
+    a->scores = malloc((size_t)(c->n_head / c->n_head_kv) * (size_t)max_ctx * sizeof(float));
     a->row_k = malloc((size_t)c->head_dim_k * sizeof(float));
     a->row_v = malloc((size_t)c->head_dim_v * sizeof(float));
     if (!a->scores || !a->row_k || !a->row_v) {
@@ -594,6 +606,61 @@ static void seg_values(const kv_seg *sg, const gt_config *c, const vec_ops *ops,
     }
 }
 
+/* scores = softmax(scores * scale), in place */
+static void softmax_row(float *scores, int32_t n, float scale) {
+    float maxv = -INFINITY;
+    for (int32_t t = 0; t < n; t++) {
+        scores[t] *= scale;
+        if (scores[t] > maxv) maxv = scores[t];
+    }
+    double sum = 0.0;
+    for (int32_t t = 0; t < n; t++) {
+        scores[t] = expf(scores[t] - maxv);
+        sum += scores[t];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int32_t t = 0; t < n; t++) scores[t] *= inv;
+}
+
+#ifdef KV_HAVE_X86
+/* F16 caches with AVX2: the query heads of one KV head together, so each K and V row is read once
+ * for all of them and no call goes through a pointer per position. Per (head, position) the
+ * arithmetic is the generic path's exactly (the same dot_f16_avx, axpy_f16_avx, softmax_row). */
+static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, const int32_t *hi,
+                                         int32_t n_seg, const gt_config *c, const float *q,
+                                         int32_t n_ctx, float *out, float *scores) {
+    const int32_t hk = c->head_dim_k, hv = c->head_dim_v, group = c->n_head / c->n_head_kv;
+    for (int32_t g = 0; g < c->n_head_kv; g++) {
+        const float *qg = q + (int64_t)g * group * hk;
+        float *og = out + (int64_t)g * group * hv;
+        int32_t j = 0;
+        for (int32_t i = 0; i < n_seg; i++) {
+            const gt_kv_layer *kv = segs[i].kv;
+            const size_t krow = segs[i].g->krow;
+            for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
+                const uint16_t *kr = (const uint16_t *)(const void *)(
+                    (const uint8_t *)kv->k + (size_t)slot_of(kv, p) * krow) + (int64_t)g * hk;
+                for (int32_t e = 0; e < group; e++)
+                    scores[(int64_t)e * n_ctx + j] = dot_f16_avx(qg + (int64_t)e * hk, kr, hk);
+            }
+        }
+        for (int32_t e = 0; e < group; e++) softmax_row(scores + (int64_t)e * n_ctx, n_ctx, c->attn_scale);
+        memset(og, 0, (size_t)group * (size_t)hv * sizeof(float));
+        j = 0;
+        for (int32_t i = 0; i < n_seg; i++) {
+            const gt_kv_layer *kv = segs[i].kv;
+            const size_t vrow = segs[i].g->vrow;
+            for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
+                const uint16_t *vr = (const uint16_t *)(const void *)(
+                    (const uint8_t *)kv->v + (size_t)slot_of(kv, p) * vrow) + (int64_t)g * hv;
+                for (int32_t e = 0; e < group; e++)
+                    axpy_f16_avx(og + (int64_t)e * hv, scores[(int64_t)e * n_ctx + j], vr, hv);
+            }
+        }
+    }
+}
+#endif
+
 /* Attention of one token at position pos over the layer's cache (its own K/V already stored). */
 void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t pos, float *out,
                   gt_attn_scratch *sc, const gt_kv_stage *stage) {
@@ -633,6 +700,14 @@ void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t
         hi[n_seg] = pos - stage->pos0;
         n_seg++;
     }
+#ifdef KV_HAVE_X86
+    bool all_f16 = has_simd();
+    for (int32_t i = 0; i < n_seg; i++) all_f16 = all_f16 && segs[i].g->mode == GEIST_KV_F16;
+    if (all_f16) {
+        attend_f16_grouped(segs, lo, hi, n_seg, c, q, n_ctx, out, sc->scores);
+        return;
+    }
+#endif
     for (int32_t h = 0; h < c->n_head; h++) {
         const int32_t g = h / group;
         const float *qh = q + (int64_t)h * hk;
@@ -648,18 +723,7 @@ void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t
             seg_scores(&segs[i], c, &ops, g, qs, lo[i], hi[i], sc->scores + j, sc->row_k);
             j += hi[i] - lo[i] + 1;
         }
-        float maxv = -INFINITY;
-        for (int32_t t = 0; t < n_ctx; t++) {
-            sc->scores[t] *= c->attn_scale;
-            if (sc->scores[t] > maxv) maxv = sc->scores[t];
-        }
-        double sum = 0.0;
-        for (int32_t t = 0; t < n_ctx; t++) {
-            sc->scores[t] = expf(sc->scores[t] - maxv);
-            sum += sc->scores[t];
-        }
-        const float inv = (float)(1.0 / sum);
-        for (int32_t t = 0; t < n_ctx; t++) sc->scores[t] *= inv;
+        softmax_row(sc->scores, n_ctx, c->attn_scale);
         float *oh = out + (int64_t)h * hv;
         memset(oh, 0, (size_t)hv * sizeof(float));
         j = 0;

@@ -16,6 +16,9 @@ typedef struct gt_attn_scratch {
 } gt_attn_scratch;
 
 bool gt_attn_scratch_init(gt_attn_scratch *a, const gt_config *c, int32_t max_ctx);
+/* The same scratch carved from a caller's buffer of gt_attn_scratch_floats floats. */
+size_t gt_attn_scratch_floats(const gt_config *c, int32_t max_ctx);
+void gt_attn_scratch_view(gt_attn_scratch *a, const gt_config *c, int32_t max_ctx, float *buf);
 void gt_attn_scratch_free(gt_attn_scratch *a);
 
 /* Stores K (n_head_kv * head_dim_k floats) and V (n_head_kv * head_dim_v floats) of position pos
