@@ -625,7 +625,46 @@ static void softmax_row(float *scores, int32_t n, float scale) {
 #ifdef KV_HAVE_X86
 /* F16 caches with AVX2: the query heads of one KV head together, so each K and V row is read once
  * for all of them and no call goes through a pointer per position. Per (head, position) the
- * arithmetic is the generic path's exactly (the same dot_f16_avx, axpy_f16_avx, softmax_row). */
+ * arithmetic is the generic path's exactly (dot_f16_avx's, axpy_f16_avx's, softmax_row). */
+/* q_e . h for up to 4 query heads e < ne (q_e at q + e * qs): dot_f16_avx's arithmetic for each,
+ * the K row converted once and the heads' chains interleaved */
+static KV_TARGET inline void dots_f16(const float *q, int64_t qs, int32_t ne, const uint16_t *h,
+                                      int32_t n, float *res) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 k = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + i)));
+#pragma GCC unroll 4
+        for (int32_t e = 0; e < 4; e++)
+            if (e < ne) acc[e] = _mm256_add_ps(acc[e], _mm256_mul_ps(_mm256_loadu_ps(q + e * qs + i), k));
+    }
+    for (int32_t e = 0; e < ne; e++) {
+        float l[8];
+        _mm256_storeu_ps(l, acc[e]);
+        float sum = reduce8(l);
+        for (int32_t t = i; t < n; t++) sum += q[e * qs + t] * gt_f16_to_f32(h[t]);
+        res[e] = sum;
+    }
+}
+
+/* o_e += w[e] * h for up to 4 heads (o_e at o + e * os): axpy_f16_avx's arithmetic for each */
+static KV_TARGET inline void axpys_f16(float *o, int64_t os, int32_t ne, const float *w,
+                                       const uint16_t *h, int32_t n) {
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + i)));
+#pragma GCC unroll 4
+        for (int32_t e = 0; e < 4; e++)
+            if (e < ne) {
+                float *oe = o + e * os + i;
+                _mm256_storeu_ps(oe, _mm256_add_ps(_mm256_loadu_ps(oe), _mm256_mul_ps(_mm256_set1_ps(w[e]), v)));
+            }
+    }
+    for (int32_t e = 0; e < ne; e++)
+        for (int32_t t = i; t < n; t++) o[e * os + t] += w[e] * gt_f16_to_f32(h[t]);
+}
+
 static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, const int32_t *hi,
                                          int32_t n_seg, const gt_config *c, const float *q,
                                          int32_t n_ctx, float *out, float *scores) {
@@ -640,8 +679,12 @@ static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, 
             for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
                 const uint16_t *kr = (const uint16_t *)(const void *)(
                     (const uint8_t *)kv->k + (size_t)slot_of(kv, p) * krow) + (int64_t)g * hk;
-                for (int32_t e = 0; e < group; e++)
-                    scores[(int64_t)e * n_ctx + j] = dot_f16_avx(qg + (int64_t)e * hk, kr, hk);
+                for (int32_t e0 = 0; e0 < group; e0 += 4) {
+                    const int32_t ne = group - e0 < 4 ? group - e0 : 4;
+                    float res[4];
+                    dots_f16(qg + (int64_t)e0 * hk, hk, ne, kr, hk, res);
+                    for (int32_t e = 0; e < ne; e++) scores[(int64_t)(e0 + e) * n_ctx + j] = res[e];
+                }
             }
         }
         for (int32_t e = 0; e < group; e++) softmax_row(scores + (int64_t)e * n_ctx, n_ctx, c->attn_scale);
@@ -653,8 +696,12 @@ static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, 
             for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
                 const uint16_t *vr = (const uint16_t *)(const void *)(
                     (const uint8_t *)kv->v + (size_t)slot_of(kv, p) * vrow) + (int64_t)g * hv;
-                for (int32_t e = 0; e < group; e++)
-                    axpy_f16_avx(og + (int64_t)e * hv, scores[(int64_t)e * n_ctx + j], vr, hv);
+                for (int32_t e0 = 0; e0 < group; e0 += 4) {
+                    const int32_t ne = group - e0 < 4 ? group - e0 : 4;
+                    float w[4];
+                    for (int32_t e = 0; e < ne; e++) w[e] = scores[(int64_t)(e0 + e) * n_ctx + j];
+                    axpys_f16(og + (int64_t)e0 * hv, hv, ne, w, vr, hv);
+                }
             }
         }
     }
