@@ -91,8 +91,9 @@ static void quant_task(void *ctx, int64_t task, float *unused) {
 /* y[t * ldy + r] = dot(W[r], x[t]); tmp: w->n_in floats for the calling thread. */
 static void pool_matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w, const float *x,
                         int32_t n, float *y, int64_t ldy, float *tmp) {
-    /* one token, few rows: smaller tasks balance the threads (576 rows are 9 tasks of 64) */
-    mm_job j = {be, w, x, n, ldy, y, NULL, n == 1 && w->n_out <= 4096 ? MM_ROWS / 4 : MM_ROWS};
+    /* tasks of 16 rows balance the threads (576 rows are 9 tasks of 64: 5 against 4), except
+     * one token times a large matrix, where 64 rows stream better */
+    mm_job j = {be, w, x, n, ldy, y, NULL, n == 1 && w->n_out > 4096 ? MM_ROWS : MM_ROWS / 4};
     /* quantize the activations once, before the row tasks (decode fits the stack buffer) */
     _Alignas(64) uint8_t small[16384];
     void *heap = NULL;
