@@ -109,6 +109,45 @@ def zero_copy_check(path: str) -> None:
     buf.close()
 
 
+@pytest.mark.parametrize("which", ["smollm2", "gemma3"])
+def test_bench_peak_rss_from_memory(which: str, request: pytest.FixtureRequest) -> None:
+    """Issue 4's bound: loading from the game's buffer, the bench's work (one session of 256,
+    prefill 128, decode 64) peaks within file size + KV + 16 MiB above the process baseline."""
+    path = request.getfixturevalue(f"{which}_path")
+    run_isolated("test_memory", "bench_peak_check", str(path))
+
+
+def _status_kib(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{key} not found")
+
+
+def bench_peak_check(path: str) -> None:
+    size = Path(path).stat().st_size
+    rng = np.random.default_rng(0)
+    engine = geist.Engine(n_threads=2)
+    base = _status_kib("VmRSS") * 1024
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak (VmHWM) restarts from the current RSS
+    with open(path, "rb") as f:
+        buf = f.read()  # the game's copy of the file: resident, read-only to geist
+    model = geist.Model.from_buffer(buf, engine=engine)
+    with model.session(max_seq_len=256) as s:
+        s.prefill([int(x) for x in rng.integers(0, model.n_vocab, 128)])
+        for _ in range(64):
+            s.step()
+        kv = s.memory()["kv_cache"]
+    peak = _status_kib("VmHWM") * 1024 - base
+    bound = size + kv + 16 * 2**20
+    print(f"peak above baseline {peak / 2**20:.1f} MiB; file {size / 2**20:.1f} MiB + KV "
+          f"{kv / 2**20:.2f} MiB + 16 MiB = {bound / 2**20:.1f} MiB")
+    model.close()
+    assert peak <= bound
+
+
 def test_from_buffer_keeps_bytes_alive(smollm2_path: Path) -> None:
     data = smollm2_path.read_bytes()
     model = geist.Model.from_buffer(data)
