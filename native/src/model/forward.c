@@ -9,6 +9,7 @@
 
 #include "forward.h"
 
+#include "../backend/act_quant.h"
 #include "../session/kv.h"
 #include "../session/session.h"
 #include "../runtime/pool.h"
@@ -55,61 +56,114 @@ static float act(gt_act a, float x) {
  * whichever rows it is given, so results are bit-identical for any n_threads and any batch. */
 #define MM_ROWS 64
 
+/* Up to three products of the same activations (q, k, v; gate, up) run as one pool job: one
+ * wake-up and one barrier instead of three, and the activations are quantized once per format. */
+#define MM_PARTS 3
+
+typedef struct mm_part {
+    const gt_weight *w;
+    float *y;
+    int64_t ldy;
+    const void *xq;    /* activations quantized for w (backend.h), or NULL: float path */
+    int64_t rows;      /* output rows per task */
+    int64_t task0;     /* the job's first task of this part */
+} mm_part;
+
 typedef struct mm_job {
     const gt_backend *be;
-    const gt_weight *w;
     const float *x;
-    int64_t n, ldy;
-    float *y;
-    const void *xq; /* activations quantized once for all tasks (backend.h), or NULL */
-    int64_t rows;   /* output rows per task */
+    int64_t n;
+    int32_t n_parts;
+    mm_part p[MM_PARTS];
 } mm_job;
 
 static void mm_task(void *ctx, int64_t task, float *tmp) {
     const mm_job *j = ctx;
-    const int64_t r0 = task * j->rows;
-    const int64_t r1 = r0 + j->rows < j->w->n_out ? r0 + j->rows : j->w->n_out;
-    if (j->xq != NULL) j->be->matmul_q(j->w, j->xq, j->n, j->y, j->ldy, r0, r1);
-    else j->be->matmul(j->w, j->x, j->n, j->y, j->ldy, r0, r1, tmp);
+    int32_t k = 0;
+    while (k + 1 < j->n_parts && task >= j->p[k + 1].task0) k++;
+    const mm_part *p = &j->p[k];
+    const int64_t r0 = (task - p->task0) * p->rows;
+    const int64_t r1 = r0 + p->rows < p->w->n_out ? r0 + p->rows : p->w->n_out;
+    if (p->xq != NULL) j->be->matmul_q(p->w, p->xq, j->n, p->y, p->ldy, r0, r1);
+    else j->be->matmul(p->w, j->x, j->n, p->y, p->ldy, r0, r1, tmp);
 }
 
 typedef struct quant_job {
     const gt_backend *be;
-    const gt_weight *w;
     const float *x;
-    uint8_t *xq;
-    size_t rb;
+    int64_t n;
+    int32_t n_bufs;
+    struct { uint32_t type; int64_t n_in; uint8_t *xq; size_t rb; } b[MM_PARTS];
 } quant_job;
 
-/* Pool task: quantize the activations of token `task` */
+/* Pool task: quantize token task % n of buffer task / n */
 static void quant_task(void *ctx, int64_t task, float *unused) {
     (void)unused;
     const quant_job *j = ctx;
-    j->be->quantize_acts(j->w->type, j->x + task * j->w->n_in, 1, j->w->n_in, j->xq + task * j->rb);
+    const int64_t t = task % j->n;
+    const int32_t k = (int32_t)(task / j->n);
+    j->be->quantize_acts(j->b[k].type, j->x + t * j->b[k].n_in, 1, j->b[k].n_in,
+                         j->b[k].xq + t * j->b[k].rb);
 }
 
-/* y[t * ldy + r] = dot(W[r], x[t]); tmp: w->n_in floats for the calling thread. */
+/* y_k[t * ldy_k + r] = dot(W_k[r], x[t]) for the n_parts products (all of x's width); tmp:
+ * n_in floats for the calling thread. */
+static void pool_matmuls(gt_pool *pool, const gt_backend *be, int32_t n_parts,
+                         const gt_weight *const *w, const float *x, int32_t n, float *const *y,
+                         const int64_t *ldy, float *tmp) {
+    mm_job j = {be, x, n, n_parts, {{0}}};
+    quant_job qj = {be, x, n, 0, {{0}}};
+    _Alignas(64) uint8_t small[16384]; /* decode's activations fit here */
+    size_t small_used = 0;
+    void *heap[MM_PARTS] = {NULL};
+    int64_t tasks = 0;
+    size_t float_scratch = 0;
+    for (int32_t k = 0; k < n_parts; k++) {
+        mm_part *p = &j.p[k];
+        p->w = w[k];
+        p->y = y[k];
+        p->ldy = ldy[k];
+        /* tasks of 16 rows balance the threads (576 rows are 9 tasks of 64: 5 against 4),
+         * except one token times a large matrix, where 64 rows stream better */
+        p->rows = n == 1 && w[k]->n_out > 4096 ? MM_ROWS : MM_ROWS / 4;
+        p->task0 = tasks;
+        tasks += (w[k]->n_out + p->rows - 1) / p->rows;
+        const size_t rb = be->act_row_bytes != NULL ? be->act_row_bytes(w[k]->type, w[k]->n_in) : 0;
+        if (rb > 0 && n > 0) {
+            /* the same format as an earlier part's: share its rows */
+            for (int32_t e = 0; e < k && p->xq == NULL; e++)
+                if (j.p[e].xq != NULL && w[e]->n_in == w[k]->n_in &&
+                    gt_act_format_for(w[e]->type) == gt_act_format_for(w[k]->type))
+                    p->xq = j.p[e].xq;
+            if (p->xq == NULL) {
+                const size_t need = rb * (size_t)n;
+                uint8_t *buf = NULL;
+                if (small_used + need <= sizeof small) {
+                    buf = small + small_used;
+                    small_used += (need + 63) & ~(size_t)63;
+                } else {
+                    buf = heap[k] = aligned_alloc(64, (need + 63) & ~(size_t)63);
+                }
+                if (buf != NULL) {
+                    qj.b[qj.n_bufs].type = w[k]->type;
+                    qj.b[qj.n_bufs].n_in = w[k]->n_in;
+                    qj.b[qj.n_bufs].xq = buf;
+                    qj.b[qj.n_bufs].rb = rb;
+                    qj.n_bufs++;
+                    p->xq = buf;
+                }
+            }
+        }
+        if (p->xq == NULL && (size_t)w[k]->n_in > float_scratch) float_scratch = (size_t)w[k]->n_in;
+    }
+    if (qj.n_bufs > 0) gt_pool_run(pool, (int64_t)n * qj.n_bufs, 0, quant_task, &qj, tmp);
+    gt_pool_run(pool, tasks, float_scratch, mm_task, &j, tmp);
+    for (int32_t k = 0; k < n_parts; k++) free(heap[k]);
+}
+
 static void pool_matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w, const float *x,
                         int32_t n, float *y, int64_t ldy, float *tmp) {
-    /* tasks of 16 rows balance the threads (576 rows are 9 tasks of 64: 5 against 4), except
-     * one token times a large matrix, where 64 rows stream better */
-    mm_job j = {be, w, x, n, ldy, y, NULL, n == 1 && w->n_out > 4096 ? MM_ROWS : MM_ROWS / 4};
-    /* quantize the activations once, before the row tasks (decode fits the stack buffer) */
-    _Alignas(64) uint8_t small[16384];
-    void *heap = NULL;
-    const size_t rb = be->act_row_bytes != NULL ? be->act_row_bytes(w->type, w->n_in) : 0;
-    if (rb > 0 && n > 0) {
-        const size_t need = rb * (size_t)n;
-        void *buf = need <= sizeof small ? (void *)small : (heap = aligned_alloc(64, need));
-        if (buf != NULL) {
-            quant_job qj = {be, w, x, buf, rb};
-            gt_pool_run(pool, n, 0, quant_task, &qj, tmp);
-            j.xq = buf;
-        }
-    }
-    gt_pool_run(pool, (w->n_out + j.rows - 1) / j.rows, j.xq ? 0 : (size_t)w->n_in, mm_task, &j,
-                tmp);
-    free(heap);
+    pool_matmuls(pool, be, 1, &w, x, n, &y, &ldy, tmp);
 }
 
 /* A product whose output rows are packed (ldy = n_out), on the engine's pool. */
@@ -391,9 +445,12 @@ static void run_layers(const geist_model *m, const gt_batch_row *rows, int32_t n
         const gt_layer *L = &m->layers[il];
         layer_job j = {m, rows, sc, il, STEP_ATTN_NORM};
         layer_step(pool, &j, STEP_ATTN_NORM, n);
-        matmul(pool, be, &L->wq, sc->xn, n, sc->q, sc->tmp);
-        matmul(pool, be, &L->wk, sc->xn, n, sc->k, sc->tmp);
-        matmul(pool, be, &L->wv, sc->xn, n, sc->v, sc->tmp);
+        {
+            const gt_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
+            float *ys[3] = {sc->q, sc->k, sc->v};
+            const int64_t ld[3] = {L->wq.n_out, L->wk.n_out, L->wv.n_out};
+            pool_matmuls(pool, be, 3, ws, sc->xn, n, ys, ld, sc->tmp);
+        }
         layer_step(pool, &j, STEP_QK, n);
         int32_t n_split = 0, n_direct = 0; /* groups whose rows attend apart; of them direct */
         for (int32_t g = 0; g < n_groups; g++) {
@@ -415,8 +472,12 @@ static void run_layers(const geist_model *m, const gt_batch_row *rows, int32_t n
         if (n_direct < n_groups) layer_step(pool, &j, STEP_GROUP, n_groups);
         matmul(pool, be, &L->wo, sc->att, n, sc->o, sc->tmp);
         layer_step(pool, &j, STEP_POST_ATTN, n);
-        matmul(pool, be, &L->w_gate, sc->xn, n, sc->gate, sc->tmp);
-        matmul(pool, be, &L->w_up, sc->xn, n, sc->up, sc->tmp);
+        {
+            const gt_weight *ws[2] = {&L->w_gate, &L->w_up};
+            float *ys[2] = {sc->gate, sc->up};
+            const int64_t ld[2] = {L->w_gate.n_out, L->w_up.n_out};
+            pool_matmuls(pool, be, 2, ws, sc->xn, n, ys, ld, sc->tmp);
+        }
         layer_step(pool, &j, STEP_ACT, n);
         matmul(pool, be, &L->w_down, sc->gate, n, sc->o, sc->tmp);
         layer_step(pool, &j, STEP_POST_FFN, n);
