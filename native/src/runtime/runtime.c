@@ -720,10 +720,15 @@ static int pick_order(const void *a, const void *b) {
     return x->seq < y->seq ? -1 : (x->seq > y->seq ? 1 : 0);
 }
 
-static void refill_credit(gt_runtime *rt) {
+/* Credit accrues at budget_ms per period_ms; `spent` (a step's time) is charged against it. The
+ * cap (one budget of saved credit) applies after charging: time that passes during a step earns
+ * credit like any other, else steps longer than the budget would lose what they earned and the
+ * runtime would get less than its share. */
+static void refill_credit(gt_runtime *rt, double spent) {
     const double t = now_ms();
     if (rt->opts.budget_ms <= 0.0f) return;
     rt->credit_ms += (t - rt->last_refill_ms) * (double)rt->opts.budget_ms / (double)rt->opts.period_ms;
+    rt->credit_ms -= spent;
     if (rt->credit_ms > (double)rt->opts.budget_ms) rt->credit_ms = (double)rt->opts.budget_ms;
     rt->last_refill_ms = t;
 }
@@ -855,7 +860,7 @@ static void *scheduler_main(void *arg) {
         }
         /* the budget: wait while the credit is spent */
         if (rt->opts.budget_ms > 0.0f) {
-            refill_credit(rt);
+            refill_credit(rt, 0.0);
             if (rt->credit_ms <= 0.0) {
                 const double wait = -rt->credit_ms * (double)rt->opts.period_ms /
                                         (double)rt->opts.budget_ms + 0.05;
@@ -965,10 +970,7 @@ static void *scheduler_main(void *arg) {
         const double spent = now_ms() - t0;
 
         pthread_mutex_lock(&rt->lock);
-        if (rt->opts.budget_ms > 0.0f) {
-            refill_credit(rt);
-            rt->credit_ms -= spent;
-        }
+        if (rt->opts.budget_ms > 0.0f) refill_credit(rt, spent);
         for (size_t i = 0; i < n_sel; i++) {
             gt_req *r = picks[i].r;
             r->in_step = false;
