@@ -1,5 +1,12 @@
-/* Worker pool (see pool.h). Tasks are claimed from an atomic counter; a generation number tells
- * workers a new job is there; `active` counts workers not yet done with the current job. */
+/* Worker pool (see pool.h).
+ *
+ * A job's tasks are claimed from one atomic word holding (job id, task count, next task): a
+ * compare-and-swap takes task `next` only while next < count, so a claim always belongs to the
+ * live job, and the caller never waits for a worker that has not taken a task. That matters after
+ * idle time: a sleeping worker may take a long while to run again (on a VM, its vCPU has to be
+ * scheduled), and the caller simply does the work itself meanwhile. The caller then waits only
+ * for tasks others took (`done` counts finished tasks). A generation counter tells sleeping
+ * workers a new job is there. */
 #include "runtime/pool.h"
 
 #include <pthread.h>
@@ -11,6 +18,11 @@
  * cycles): a decode step leaves gaps of tens of us between products (attention, norms), and a
  * futex wake-up per product cost ~10 % of SmolLM2 decode with 1024 */
 #define SPIN_ITERS 4096
+
+/* the claim word: job id (16 bits) | task count (24) | next task (24) */
+#define CLAIM_BITS 24
+#define CLAIM_MASK ((1ull << CLAIM_BITS) - 1)
+#define MAX_TASKS ((int64_t)CLAIM_MASK)
 
 typedef struct worker {
     struct gt_pool *pool;
@@ -24,14 +36,16 @@ struct gt_pool {
     size_t scratch_cap; /* floats in each worker's scratch; grown under run_lock */
     pthread_mutex_t run_lock; /* one job at a time */
     pthread_mutex_t lock;     /* guards sleeping and waking */
-    pthread_cond_t wake, done;
-    /* the current job: written before `generation` is bumped (release), read after it (acquire) */
+    pthread_cond_t wake, done_cv;
+    /* the live job: written before the claim word is published (release), read after a claim
+     * succeeded (acquire); the caller rewrites them only once every claimed task is done */
     gt_pool_fn fn;
     void *ctx;
-    int64_t n_tasks;
-    atomic_llong next;
+    atomic_ullong claim;
+    atomic_llong done;   /* finished tasks of the live job */
+    atomic_bool waiting; /* the caller sleeps on done_cv */
+    unsigned job_id;
     atomic_uint generation;
-    atomic_int active;
     atomic_bool stop;
 };
 
@@ -41,12 +55,29 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static void run_tasks(gt_pool *p, float *scratch) {
+/* Takes tasks of the live job until none is left; returns how many this thread ran. */
+static int64_t run_tasks(gt_pool *p, float *scratch) {
+    int64_t ran = 0;
+    unsigned long long c = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
-        const long long i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-        if (i >= p->n_tasks) break;
-        p->fn(p->ctx, (int64_t)i, scratch);
+        const unsigned long long next = c & CLAIM_MASK, count = (c >> CLAIM_BITS) & CLAIM_MASK;
+        if (next >= count) break;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue; /* c now holds the current word */
+        p->fn(p->ctx, (int64_t)next, scratch);
+        ran++;
+        /* seq_cst pairs with the caller's store of `waiting` and load of `done`: either it sees
+         * this increment or this thread sees it waiting */
+        const long long d = atomic_fetch_add_explicit(&p->done, 1, memory_order_seq_cst) + 1;
+        if ((unsigned long long)d == count && atomic_load_explicit(&p->waiting, memory_order_seq_cst)) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_signal(&p->done_cv);
+            pthread_mutex_unlock(&p->lock);
+        }
+        c = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
+    return ran;
 }
 
 static void *worker_main(void *arg) {
@@ -67,12 +98,7 @@ static void *worker_main(void *arg) {
         }
         seen = g;
         if (atomic_load(&p->stop)) break;
-        run_tasks(p, w->scratch);
-        if (atomic_fetch_sub_explicit(&p->active, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&p->lock);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->lock);
-        }
+        (void)run_tasks(p, w->scratch);
     }
     return NULL;
 }
@@ -87,7 +113,6 @@ static void publish(gt_pool *p) {
 
 static void stop_workers(gt_pool *p, int32_t started) {
     atomic_store(&p->stop, true);
-    atomic_store(&p->active, started);
     publish(p);
     for (int32_t i = 0; i < started; i++) pthread_join(p->workers[i].thread, NULL);
 }
@@ -96,14 +121,15 @@ gt_pool *gt_pool_create(int32_t n_threads) {
     gt_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_workers = n_threads > 1 ? n_threads - 1 : 0;
-    atomic_init(&p->next, 0);
+    atomic_init(&p->claim, 0);
+    atomic_init(&p->done, 0);
+    atomic_init(&p->waiting, false);
     atomic_init(&p->generation, 0);
-    atomic_init(&p->active, 0);
     atomic_init(&p->stop, false);
     pthread_mutex_init(&p->run_lock, NULL);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
+    pthread_cond_init(&p->done_cv, NULL);
     if (p->n_workers > 0) {
         p->workers = calloc((size_t)p->n_workers, sizeof *p->workers);
         if (!p->workers) {
@@ -130,7 +156,7 @@ void gt_pool_free(gt_pool *p) {
         for (int32_t i = 0; i < p->n_workers; i++) free(p->workers[i].scratch);
     free(p->workers);
     pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->done_cv);
     pthread_mutex_destroy(&p->lock);
     pthread_mutex_destroy(&p->run_lock);
     free(p);
@@ -153,7 +179,7 @@ static bool grow_scratch(gt_pool *p, size_t floats) {
 void gt_pool_run(gt_pool *p, int64_t n_tasks, size_t scratch_floats, gt_pool_fn fn, void *ctx,
                  float *caller_scratch) {
     if (n_tasks <= 0) return;
-    if (!p || p->n_workers == 0 || n_tasks == 1) {
+    if (!p || p->n_workers == 0 || n_tasks == 1 || n_tasks > MAX_TASKS) {
         for (int64_t i = 0; i < n_tasks; i++) fn(ctx, i, caller_scratch);
         return;
     }
@@ -165,18 +191,26 @@ void gt_pool_run(gt_pool *p, int64_t n_tasks, size_t scratch_floats, gt_pool_fn 
     }
     p->fn = fn;
     p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->active, p->n_workers, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    p->job_id = (p->job_id + 1) & 0xFFFF;
+    atomic_store_explicit(&p->claim,
+                          ((unsigned long long)p->job_id << (2 * CLAIM_BITS)) |
+                              ((unsigned long long)n_tasks << CLAIM_BITS),
+                          memory_order_release);
     publish(p);
-    run_tasks(p, caller_scratch);
-    for (int i = 0; atomic_load_explicit(&p->active, memory_order_acquire) != 0 && i < SPIN_ITERS; i++)
-        cpu_relax();
-    if (atomic_load_explicit(&p->active, memory_order_acquire) != 0) {
-        pthread_mutex_lock(&p->lock);
-        while (atomic_load_explicit(&p->active, memory_order_acquire) != 0)
-            pthread_cond_wait(&p->done, &p->lock);
-        pthread_mutex_unlock(&p->lock);
+    const int64_t ran = run_tasks(p, caller_scratch);
+    /* no task is left to take: wait for those the workers took */
+    if (ran < n_tasks) {
+        for (int i = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks && i < SPIN_ITERS; i++)
+            cpu_relax();
+        if (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks) {
+            pthread_mutex_lock(&p->lock);
+            atomic_store_explicit(&p->waiting, true, memory_order_seq_cst);
+            while (atomic_load_explicit(&p->done, memory_order_seq_cst) < n_tasks)
+                pthread_cond_wait(&p->done_cv, &p->lock);
+            atomic_store_explicit(&p->waiting, false, memory_order_relaxed);
+            pthread_mutex_unlock(&p->lock);
+        }
     }
     pthread_mutex_unlock(&p->run_lock);
 }
