@@ -319,7 +319,7 @@ typedef enum row_step {
     STEP_ATTN_NORM, /* xn = norm(x) */
     STEP_QK,        /* QK norm and rotary embedding of q and k */
     STEP_KV,        /* rows of direct and staged groups store their K/V */
-    STEP_ATTEND,    /* rows of direct and staged groups attend */
+    STEP_ATTEND,    /* rows of direct and staged groups attend, in slices of their heads */
     STEP_GROUP,     /* per group: in order, store K/V and attend row after row; staged: store */
     STEP_POST_ATTN, /* x += post_norm(o); xn = ffn_norm(x) */
     STEP_ACT,       /* gate = act(gate) * up */
@@ -332,6 +332,7 @@ typedef struct layer_job {
     gt_fwd_scratch *sc;
     int32_t il;
     row_step step;
+    int32_t n_slices; /* STEP_ATTEND: query-head slices per row (one per KV head, or halves) */
 } layer_job;
 
 static void layer_task(void *ctx, int64_t task, float *tmp) {
@@ -378,14 +379,16 @@ static void layer_task(void *ctx, int64_t task, float *tmp) {
             gt_kv_stage_write(r->s, &g->stage, (int32_t)t - g->r0, sc->k + t * kd, sc->v + t * vd);
         break;
     }
-    case STEP_ATTEND: {
-        const group *g = &sc->groups[sc->row_group[t]];
+    case STEP_ATTEND: { /* task: (row, slice of the query heads) */
+        const int64_t row = t / j->n_slices, k = t % j->n_slices;
+        const group *g = &sc->groups[sc->row_group[row]];
         if (g->mode == GT_KV_IN_ORDER) break;
-        const gt_batch_row *r = &j->rows[t];
+        const gt_batch_row *r = &j->rows[row];
         gt_attn_scratch a;
         gt_attn_scratch_view(&a, c, r->s->max_seq_len, tmp);
-        gt_kv_attend(r->s, j->il, sc->q + t * qd, r->pos, sc->att + t * od, &a,
-                     g->mode == GT_KV_STAGED ? &g->stage : NULL);
+        gt_kv_attend(r->s, j->il, sc->q + row * qd, r->pos, sc->att + row * od, &a,
+                     g->mode == GT_KV_STAGED ? &g->stage : NULL,
+                     (int32_t)(k * c->n_head / j->n_slices), (int32_t)((k + 1) * c->n_head / j->n_slices));
         break;
     }
     case STEP_GROUP: { /* in order: write and attend; staged: the rows into the cache */
@@ -395,7 +398,8 @@ static void layer_task(void *ctx, int64_t task, float *tmp) {
             const gt_batch_row *r = &j->rows[i];
             gt_kv_write(r->s, j->il, r->pos, sc->k + i * kd, sc->v + i * vd);
             if (g->mode == GT_KV_IN_ORDER)
-                gt_kv_attend(r->s, j->il, sc->q + i * qd, r->pos, sc->att + i * od, &g->attn, NULL);
+                gt_kv_attend(r->s, j->il, sc->q + i * qd, r->pos, sc->att + i * od, &g->attn, NULL,
+                             0, c->n_head);
         }
         break;
     }
@@ -443,7 +447,8 @@ static void run_layers(const geist_model *m, const gt_batch_row *rows, int32_t n
     }
     for (int32_t il = 0; il < c->n_layer; il++) {
         const gt_layer *L = &m->layers[il];
-        layer_job j = {m, rows, sc, il, STEP_ATTN_NORM};
+        layer_job j = {m, rows, sc, il, STEP_ATTN_NORM,
+                       c->n_head_kv > 1 ? c->n_head_kv : (c->n_head > 1 ? 2 : 1)};
         layer_step(pool, &j, STEP_ATTN_NORM, n);
         {
             const gt_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
@@ -467,7 +472,7 @@ static void run_layers(const geist_model *m, const gt_batch_row *rows, int32_t n
         }
         if (n_split > 0) {
             layer_step(pool, &j, STEP_KV, n);
-            layer_step(pool, &j, STEP_ATTEND, n);
+            layer_step(pool, &j, STEP_ATTEND, (int64_t)n * j.n_slices);
         }
         if (n_direct < n_groups) layer_step(pool, &j, STEP_GROUP, n_groups);
         matmul(pool, be, &L->wo, sc->att, n, sc->o, sc->tmp);

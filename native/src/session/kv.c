@@ -465,7 +465,8 @@ void gt_kv_write(geist_session *s, int32_t layer, int32_t pos, const float *k, c
 }
 
 gt_kv_batching gt_kv_batching_for(const geist_session *s, int32_t layer, int32_t n) {
-    if (n <= 1 || s->geom.mode == GEIST_KV_KIVI2) return GT_KV_IN_ORDER;
+    if (n <= 1) return GT_KV_DIRECT; /* one row: write, then attend, is the order itself */
+    if (s->geom.mode == GEIST_KV_KIVI2) return GT_KV_IN_ORDER;
     return s->kv[layer].ring ? GT_KV_STAGED : GT_KV_DIRECT;
 }
 
@@ -667,11 +668,15 @@ static KV_TARGET inline void axpys_f16(float *o, int64_t os, int32_t ne, const f
 
 static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, const int32_t *hi,
                                          int32_t n_seg, const gt_config *c, const float *q,
-                                         int32_t n_ctx, float *out, float *scores) {
-    const int32_t hk = c->head_dim_k, hv = c->head_dim_v, group = c->n_head / c->n_head_kv;
-    for (int32_t g = 0; g < c->n_head_kv; g++) {
-        const float *qg = q + (int64_t)g * group * hk;
-        float *og = out + (int64_t)g * group * hv;
+                                         int32_t n_ctx, float *out, float *scores, int32_t h0,
+                                         int32_t h1) {
+    const int32_t hk = c->head_dim_k, hv = c->head_dim_v, gsize = c->n_head / c->n_head_kv;
+    for (int32_t g = h0 / gsize; g * gsize < h1; g++) {
+        /* the query heads [h0, h1) of KV head g */
+        const int32_t ea = h0 > g * gsize ? h0 - g * gsize : 0;
+        const int32_t group = (h1 < (g + 1) * gsize ? h1 - g * gsize : gsize) - ea;
+        const float *qg = q + (int64_t)(g * gsize + ea) * hk;
+        float *og = out + (int64_t)(g * gsize + ea) * hv;
         int32_t j = 0;
         for (int32_t i = 0; i < n_seg; i++) {
             const gt_kv_layer *kv = segs[i].kv;
@@ -710,7 +715,7 @@ static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, 
 
 /* Attention of one token at position pos over the layer's cache (its own K/V already stored). */
 void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t pos, float *out,
-                  gt_attn_scratch *sc, const gt_kv_stage *stage) {
+                  gt_attn_scratch *sc, const gt_kv_stage *stage, int32_t h0, int32_t h1) {
     const gt_config *c = &s->model->cfg;
     const int32_t hk = c->head_dim_k, hv = c->head_dim_v;
     const bool sliding = s->model->layers[layer].sliding;
@@ -751,11 +756,11 @@ void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t
     bool all_f16 = has_simd();
     for (int32_t i = 0; i < n_seg; i++) all_f16 = all_f16 && segs[i].g->mode == GEIST_KV_F16;
     if (all_f16) {
-        attend_f16_grouped(segs, lo, hi, n_seg, c, q, n_ctx, out, sc->scores);
+        attend_f16_grouped(segs, lo, hi, n_seg, c, q, n_ctx, out, sc->scores, h0, h1);
         return;
     }
 #endif
-    for (int32_t h = 0; h < c->n_head; h++) {
+    for (int32_t h = h0; h < h1; h++) {
         const int32_t g = h / group;
         const float *qh = q + (int64_t)h * hk;
         int32_t j = 0;

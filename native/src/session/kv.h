@@ -37,18 +37,19 @@ typedef struct gt_kv_stage {
     int32_t pos0, n;
 } gt_kv_stage;
 
-/* out (n_head * head_dim_v) = softmax(q K^T * scale) V over the positions position `pos` sees in
+/* out (n_head * head_dim_v) = softmax(q K^T * scale) V, for the query heads [h0, h1) (the rest
+ * of out is untouched: head ranges may run as separate tasks), over the positions position `pos` sees in
  * this layer (all of 0..pos, or the last `window` of them on sliding-window layers), reading the
  * shared prefix's rows for positions below n_prefix and, with a stage (else NULL), the staged rows
  * for positions from stage->pos0. The K/V of pos itself must already be written (or staged).
  * Results are the same, bit for bit, as with every row written in order. */
 void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t pos, float *out,
-                  gt_attn_scratch *a, const gt_kv_stage *stage);
+                  gt_attn_scratch *a, const gt_kv_stage *stage, int32_t h0, int32_t h1);
 
 /* How n consecutive new positions of this layer can attend apart from each other (in parallel).
  * GT_KV_DIRECT: write all their rows, then attend (no ring slot is reused among them);
  * GT_KV_STAGED: stage their rows (a ring); GT_KV_IN_ORDER: write and attend one at a time
- * (KIVI, whose block quantization changes rows that later positions read, or n == 1). */
+ * (KIVI, whose block quantization changes rows that later positions read). One row: direct. */
 typedef enum gt_kv_batching { GT_KV_IN_ORDER = 0, GT_KV_DIRECT = 1, GT_KV_STAGED = 2 } gt_kv_batching;
 gt_kv_batching gt_kv_batching_for(const geist_session *s, int32_t layer, int32_t n);
 
