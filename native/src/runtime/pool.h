@@ -2,7 +2,9 @@
  *
  * Idle workers sleep on a condition variable; after a job they spin briefly (up to ~0.2 ms)
  * before sleeping, because a forward pass issues its matmuls back to back and a
- * condition-variable wake-up per matmul would cost more than the short ones take.
+ * condition-variable wake-up per matmul would cost more than the short ones take. The caller
+ * works too and never waits for a worker that has not taken a task yet, so a worker that is slow
+ * to wake (after idle time) costs parallelism, not latency.
  *
  * Concurrency: gt_pool_run may be called from several threads at once (sessions of one engine
  * on different threads). One job runs at a time: a mutex serializes gt_pool_run calls, so a
