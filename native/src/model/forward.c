@@ -16,8 +16,13 @@
 #include "../util/util.h"
 
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
-    double ss = 0.0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    /* four double lanes in a fixed order (the compiler may vectorize them) */
+    double l[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t i0 = 0;
+    for (; i0 + 4 <= n; i0 += 4)
+        for (int k = 0; k < 4; k++) l[k] += (double)x[i0 + k] * (double)x[i0 + k];
+    for (; i0 < n; i0++) l[0] += (double)x[i0] * (double)x[i0];
+    const double ss = (l[0] + l[1]) + (l[2] + l[3]);
     const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
@@ -396,10 +401,13 @@ static void layer_task(void *ctx, int64_t task, float *tmp) {
         if (g->mode == GT_KV_DIRECT) break;
         for (int32_t i = g->r0; i < g->r0 + g->n; i++) {
             const gt_batch_row *r = &j->rows[i];
+            if (g->mode == GT_KV_STAGED) {
+                gt_kv_stage_commit(r->s, j->il, &g->stage, i - g->r0);
+                continue;
+            }
             gt_kv_write(r->s, j->il, r->pos, sc->k + i * kd, sc->v + i * vd);
-            if (g->mode == GT_KV_IN_ORDER)
-                gt_kv_attend(r->s, j->il, sc->q + i * qd, r->pos, sc->att + i * od, &g->attn, NULL,
-                             0, c->n_head);
+            gt_kv_attend(r->s, j->il, sc->q + i * qd, r->pos, sc->att + i * od, &g->attn, NULL, 0,
+                         c->n_head);
         }
         break;
     }

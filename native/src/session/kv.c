@@ -370,14 +370,33 @@ static void quant_v2(uint8_t *dst, const uint16_t *x, int32_t nkv, int32_t hd) {
     }
 }
 
+#ifdef KV_HAVE_X86
+static KV_TARGET void f16_row_avx(uint8_t *dst, const float *x, int32_t n) {
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) /* round to nearest even, as gt_f32_to_f16 (NaN payloads aside) */
+        _mm_storeu_si128((__m128i *)(void *)(dst + 2 * i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) wr_f16(dst + 2 * i, x[i]);
+}
+#endif
+
+/* n floats -> n f16 at dst */
+static void f16_row(uint8_t *dst, const float *x, int32_t n) {
+#ifdef KV_HAVE_X86
+    if (has_simd()) {
+        f16_row_avx(dst, x, n);
+        return;
+    }
+#endif
+    for (int32_t i = 0; i < n; i++) wr_f16(dst + 2 * i, x[i]);
+}
+
 static void quant_row(uint8_t *dst, int32_t mode, const float *x, int32_t nkv, int32_t hd) {
     const size_t hb = head_bytes(mode, hd);
     for (int32_t h = 0; h < nkv; h++, dst += hb, x += hd) {
         switch (mode) {
         case GEIST_KV_F32: memcpy(dst, x, (size_t)hd * 4); break;
-        case GEIST_KV_F16:
-            for (int32_t i = 0; i < hd; i++) wr_f16(dst + 2 * i, x[i]);
-            break;
+        case GEIST_KV_F16: f16_row(dst, x, hd); break;
         case GEIST_KV_INT8: quant_int8(dst, x, hd); break;
         default:
             if (use_hadamard(mode, hd)) {
@@ -472,6 +491,14 @@ gt_kv_batching gt_kv_batching_for(const geist_session *s, int32_t layer, int32_t
 
 size_t gt_kv_stage_row_bytes(const geist_session *s) {
     return s->geom.mode == GEIST_KV_KIVI2 ? 0 : s->geom.krow + s->geom.vrow;
+}
+
+void gt_kv_stage_commit(geist_session *s, int32_t layer, const gt_kv_stage *st, int32_t i) {
+    const gt_kv_layer *kv = &s->kv[layer];
+    const gt_kv_geom *g = &s->geom;
+    const size_t row = (size_t)slot_of(kv, st->pos0 + i - s->n_prefix);
+    memcpy((uint8_t *)kv->k + row * g->krow, st->k + (size_t)i * g->krow, g->krow);
+    memcpy((uint8_t *)kv->v + row * g->vrow, st->v + (size_t)i * g->vrow, g->vrow);
 }
 
 void gt_kv_stage_write(const geist_session *s, const gt_kv_stage *st, int32_t i, const float *k,

@@ -59,6 +59,8 @@ size_t gt_kv_stage_row_bytes(const geist_session *s);
 /* Stores row i (position stage->pos0 + i) of the stage: the bytes gt_kv_write would store. */
 void gt_kv_stage_write(const geist_session *s, const gt_kv_stage *stage, int32_t i, const float *k,
                        const float *v);
+/* Copies staged row i into the layer's cache (its ring slot), once every row has attended. */
+void gt_kv_stage_commit(geist_session *s, int32_t layer, const gt_kv_stage *stage, int32_t i);
 
 /* ---- storage ------------------------------------------------------------------------------ */
 
