@@ -1,6 +1,6 @@
 /* Integer block-dot kernels: every available cpu_x86 variant (AVX2, AVX-512 VNNI) against
  * cpu_scalar's canonical arithmetic, bit for bit, on random blocks at odd sizes (row tails of
- * 1..7 blocks, 37 rows, 1, 8 and 35 tokens so token tiles have tails), with the rows split over two
+ * 1..7 blocks, 37 rows, 1, 2, 8 and 35 tokens so token tiles have tails), with the rows split over two
  * calls (as the pool splits them); cpu_scalar against the float64 dot of the dequantized row and
  * the rounded activations; the vectorized activation quantization against the scalar bytes, ties
  * included. Prints what ran; exit status 1 on any failure. */
@@ -42,7 +42,7 @@ int main(void) {
         const int64_t ns[] = {blk, 3 * blk, 7 * blk, 9 * blk, 13 * blk, 18 * blk, 41 * blk};
         for (int ni = 0; ni < 7; ni++) {
             const int64_t n = ns[ni], nout = 37;
-            const int64_t ntok = ni % 3 == 0 ? 1 : ni % 3 == 1 ? 35 : 8;
+            const int64_t ntok = ni % 4 == 0 ? 1 : ni % 4 == 1 ? 35 : ni % 4 == 2 ? 8 : 2;
             const size_t rb = (size_t)(n / blk) * inf->bytes;
             uint8_t *w = malloc(rb * (size_t)nout);
             float *x = malloc(sizeof(float) * (size_t)(n * ntok));

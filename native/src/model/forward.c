@@ -61,6 +61,11 @@ static float act(gt_act a, float x) {
  * whichever rows it is given, so results are bit-identical for any n_threads and any batch. */
 #define MM_ROWS 64
 
+/* Row steps cheaper than a pool hand-off (norms, rotary, K/V stores, activation, quantizing the
+ * activations: a few us per row) run on the calling thread for fewer rows than this; attention
+ * always goes to the pool. */
+#define POOL_MIN_ROWS 8
+
 /* Up to three products of the same activations (q, k, v; gate, up) run as one pool job: one
  * wake-up and one barrier instead of three, and the activations are quantized once per format. */
 #define MM_PARTS 3
@@ -128,9 +133,9 @@ static void pool_matmuls(gt_pool *pool, const gt_backend *be, int32_t n_parts,
         p->w = w[k];
         p->y = y[k];
         p->ldy = ldy[k];
-        /* tasks of 16 rows balance the threads (576 rows are 9 tasks of 64: 5 against 4),
-         * except one token times a large matrix, where 64 rows stream better */
-        p->rows = n == 1 && w[k]->n_out > 4096 ? MM_ROWS : MM_ROWS / 4;
+        /* tasks of 16 rows balance the threads (576 rows are 9 tasks of 64: 5 against 4); a
+         * large matrix (the output) has plenty of tasks of 64, which claim less often */
+        p->rows = w[k]->n_out > 4096 ? MM_ROWS : MM_ROWS / 4;
         p->task0 = tasks;
         tasks += (w[k]->n_out + p->rows - 1) / p->rows;
         const size_t rb = be->act_row_bytes != NULL ? be->act_row_bytes(w[k]->type, w[k]->n_in) : 0;
@@ -161,7 +166,9 @@ static void pool_matmuls(gt_pool *pool, const gt_backend *be, int32_t n_parts,
         }
         if (p->xq == NULL && (size_t)w[k]->n_in > float_scratch) float_scratch = (size_t)w[k]->n_in;
     }
-    if (qj.n_bufs > 0) gt_pool_run(pool, (int64_t)n * qj.n_bufs, 0, quant_task, &qj, tmp);
+    if (qj.n_bufs > 0)
+        gt_pool_run((int64_t)n * qj.n_bufs < POOL_MIN_ROWS ? NULL : pool, (int64_t)n * qj.n_bufs, 0,
+                    quant_task, &qj, tmp);
     gt_pool_run(pool, tasks, float_scratch, mm_task, &j, tmp);
     for (int32_t k = 0; k < n_parts; k++) free(heap[k]);
 }
@@ -435,6 +442,7 @@ static void layer_task(void *ctx, int64_t task, float *tmp) {
 
 static void layer_step(gt_pool *pool, layer_job *j, row_step step, int64_t n_tasks) {
     j->step = step;
+    if (step != STEP_ATTEND && step != STEP_GROUP && n_tasks < POOL_MIN_ROWS) pool = NULL;
     gt_pool_run(pool, n_tasks, j->sc->ctmp_floats, layer_task, j, j->sc->ctmp);
 }
 
