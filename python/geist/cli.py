@@ -214,6 +214,9 @@ def _bench_npcs(ns: argparse.Namespace, name: str) -> int:
         print(f"priority request first token {p['first_token_ms']:.1f} ms with 8 running "
               f"(bound: 2 steps {2 * p['batched_step_ms']:.1f} + own prefill "
               f"{p['own_prefill_ms']:.1f} = {p['bound_ms']:.1f} ms)")
+        b = res["budget"]
+        print(f"budget {b['budget_ms']:.0f} of {b['period_ms']:.0f} ms, {b['npcs']} NPCs: "
+              f"{b['aggregate_tps']:.1f} t/s = {100 * b['share']:.0f}% of {b['unlimited_tps']:.1f}")
     m.close()
     eng.close()
     return 0

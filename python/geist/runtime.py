@@ -371,8 +371,18 @@ def bench_npcs(model: Any, counts: Sequence[int], tokens: int = 64,
     prefill_ms = (time.perf_counter() - t0) * 1e3
     s.close()
     probe = run(8, prio_probe=True)
+    # the frame budget: 8 NPCs limited to 8 ms of work per 16 ms, against the same unlimited
+    engine = model._engine
+    free = run(8)["aggregate_tps"]
+    engine.configure_runtime(RuntimeOptions(budget_ms=8.0, period_ms=16.0))
+    try:
+        limited = run(8)["aggregate_tps"]
+    finally:
+        engine.configure_runtime(RuntimeOptions())
     return {"rows": rows, "priority": {
         "first_token_ms": probe["priority_first_token_ms"],
         "batched_step_ms": probe["ms_per_token_per_npc"],
         "own_prefill_ms": prefill_ms,
-        "bound_ms": 2 * probe["ms_per_token_per_npc"] + prefill_ms}}
+        "bound_ms": 2 * probe["ms_per_token_per_npc"] + prefill_ms},
+        "budget": {"budget_ms": 8.0, "period_ms": 16.0, "npcs": 8, "aggregate_tps": limited,
+                   "unlimited_tps": free, "share": limited / free}}
