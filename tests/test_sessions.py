@@ -164,3 +164,38 @@ def test_sliding_window_ring_matches_full_prefix(tmp_path: Path) -> None:
             for i, t in enumerate(ids):
                 b.decode(t)
                 np.testing.assert_allclose(b.logits(), full[i], rtol=1e-4, atol=1e-4)
+
+
+def test_native_handles_free_in_any_order(tmp_path: Path) -> None:
+    """A game's teardown (or Python's garbage collector at exit) may free the engine, model,
+    prefix and session in any order: the native core keeps what a live handle needs (reference
+    counts) and frees the rest with the last handle. Under the ASan build this checks for
+    use-after-free too."""
+    import itertools
+
+    from geist._binding import check, ffi, lib
+
+    path = testing.build_fixture(tmp_path / "m.gguf", arch="gemma3", weight_type="Q8_0", seed=4)
+    ids = ffi.new("int32_t[]", [5, 9, 17, 3])
+    for order in itertools.permutations(["engine", "model", "prefix", "session"]):
+        eng = ffi.new("geist_engine **")
+        check(lib.geist_engine_create(ffi.NULL, eng))
+        mod = ffi.new("geist_model **")
+        check(lib.geist_model_load_file(eng[0], str(path).encode(), ffi.NULL, mod))
+        pre = ffi.new("geist_prefix **")
+        check(lib.geist_prefix_create(mod[0], ids, 2, 1, pre))
+        opts = ffi.new("geist_session_options *")
+        lib.geist_session_options_default(opts)
+        opts.max_seq_len = 32
+        ses = ffi.new("geist_session **")
+        check(lib.geist_session_create_with_prefix(mod[0], pre[0], opts, ses))
+        check(lib.geist_session_prefill(ses[0], ids + 2, 2))
+        for what in order:
+            if what == "engine":
+                lib.geist_engine_free(eng[0])
+            elif what == "model":
+                lib.geist_model_free(mod[0])
+            elif what == "prefix":
+                lib.geist_prefix_free(pre[0])
+            else:
+                lib.geist_session_free(ses[0])

@@ -99,7 +99,8 @@ GEIST_API void geist_engine_options_default(geist_engine_options *opts);
  * GEIST_ERR_UNSUPPORTED (backend known but not usable on this machine). */
 GEIST_API geist_status geist_engine_create(const geist_engine_options *opts, geist_engine **out);
 
-/* Frees the engine. Every model created from it must be freed first. */
+/* Frees the engine: its async runtime stops (running requests end), and the rest goes once the
+ * last model created from it is freed. Using the engine handle afterwards is an error. */
 GEIST_API void geist_engine_free(geist_engine *engine);
 
 /* Name of the engine's backend ("cpu_scalar"); valid while the engine lives. */
@@ -141,7 +142,8 @@ GEIST_API geist_status geist_model_load_memory(geist_engine *engine, const void 
 GEIST_API geist_status geist_model_load_file(geist_engine *engine, const char *path,
                                              const geist_load_options *opts, geist_model **out);
 
-/* Frees a model. All its sessions must be freed first. */
+/* Frees a model. Sessions and prefixes still alive keep it (and its engine) until the last of
+ * them is freed, so any teardown order is safe; the handle must not be used afterwards. */
 GEIST_API void geist_model_free(geist_model *model);
 
 /* Copies the message of the last failed call on this model (any thread). Returns its length. */

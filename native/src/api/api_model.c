@@ -73,6 +73,7 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
     }
     geist_engine *e = calloc(1, sizeof *e);
     if (!e) return gt_thread_fail(GEIST_ERR_OUT_OF_MEMORY, "out of memory (engine)");
+    atomic_init(&e->refs, 1);
     e->backend = be;
     if (o.n_threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -91,11 +92,20 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
     return GEIST_OK;
 }
 
-void geist_engine_free(geist_engine *e) {
-    if (!e) return;
-    gt_runtime_free(e->runtime); /* first: its thread uses the pool; running requests end */
+static void engine_release(geist_engine *e) {
+    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
     gt_pool_free(e->pool);
     free(e);
+}
+
+void geist_engine_free(geist_engine *e) {
+    if (!e) return;
+    /* the runtime stops now (its thread uses the pool; running requests end); the pool and the
+     * struct live on while models of this engine do */
+    gt_runtime *rt = e->runtime;
+    e->runtime = NULL;
+    gt_runtime_free(rt);
+    engine_release(e);
 }
 
 const char *geist_engine_backend_name(const geist_engine *e) { return e ? e->backend->name : ""; }
@@ -138,7 +148,15 @@ static void model_destroy(geist_model *m) {
     gguf_free(&m->gguf);
     if (m->map) munmap(m->map, m->map_size);
     pthread_mutex_destroy(&m->err_lock);
+    geist_engine *e = m->engine;
     free(m);
+    engine_release(e);
+}
+
+void gt_model_retain(geist_model *m) { atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed); }
+
+void gt_model_release(geist_model *m) {
+    if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) model_destroy(m);
 }
 
 static geist_status load_span(geist_engine *engine, const void *data, size_t size, void *map,
@@ -151,7 +169,9 @@ static geist_status load_span(geist_engine *engine, const void *data, size_t siz
     geist_model *m = calloc(1, sizeof *m);
     if (!m) return gt_thread_fail(GEIST_ERR_OUT_OF_MEMORY, "out of memory (model)");
     pthread_mutex_init(&m->err_lock, NULL);
+    atomic_init(&m->refs, 1);
     m->engine = engine;
+    atomic_fetch_add_explicit(&engine->refs, 1, memory_order_relaxed); /* model_destroy drops it */
     m->backend = engine->backend;
     m->map = map;
     m->map_size = map ? size : 0;
@@ -207,7 +227,9 @@ geist_status geist_model_load_file(geist_engine *engine, const char *path,
     return st;
 }
 
-void geist_model_free(geist_model *m) { model_destroy(m); }
+void geist_model_free(geist_model *m) {
+    if (m) gt_model_release(m); /* destroyed now, or when its last session goes */
+}
 
 int32_t geist_model_n_vocab(const geist_model *m) { return m ? m->cfg.n_vocab : 0; }
 int32_t geist_model_n_ctx_train(const geist_model *m) { return m ? m->cfg.n_ctx_train : 0; }

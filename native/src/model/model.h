@@ -4,6 +4,7 @@
 #define GEIST_MODEL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "../backend/backend.h"
@@ -50,6 +51,10 @@ typedef struct gt_layer {
 } gt_layer;
 
 struct geist_model {
+    /* 1 for the caller's handle + 1 per session (prefixes hold a session): geist_model_free only
+     * drops the handle's, so freeing in the wrong order (a game's teardown, a garbage collector)
+     * never leaves a session with a dangling model */
+    atomic_int refs;
     geist_engine *engine;
     const gt_backend *backend;
     gguf_file gguf;
@@ -69,11 +74,17 @@ struct geist_model {
 };
 
 struct geist_engine {
+    atomic_int refs; /* 1 for the caller's handle + 1 per model, as geist_model.refs */
     const gt_backend *backend;
     int32_t n_threads;
     struct gt_pool *pool; /* n_threads - 1 workers for the matmuls (runtime/pool.h) */
     struct gt_runtime *runtime; /* async requests (runtime/runtime.h) */
 };
+
+/* Reference counts (see geist_model.refs): the last release destroys the model and releases its
+ * engine. */
+void gt_model_retain(geist_model *m);
+void gt_model_release(geist_model *m);
 
 /* Accessors used by the other rooms (tokenizer API glue, chat templates, sessions). */
 const gguf_file *gt_model_gguf(const geist_model *m);

@@ -47,7 +47,9 @@ static void session_destroy(geist_session *s) {
     free(s->ids);
     pthread_mutex_destroy(&s->err_lock);
     if (s->prefix) gt_prefix_release(s->prefix);
+    geist_model *m = s->model;
     free(s);
+    gt_model_release(m); /* last: the prefix's session may hold the model too */
 }
 
 geist_status gt_session_new(geist_model *model, int32_t max_seq_len, int32_t kv_mode,
@@ -70,6 +72,7 @@ geist_status gt_session_new(geist_model *model, int32_t max_seq_len, int32_t kv_
     geist_session *s = calloc(1, sizeof *s);
     if (!s) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (session)");
     s->model = model;
+    gt_model_retain(model);
     s->max_seq_len = max_seq_len;
     s->kv_mode = kv_mode;
     s->seed = seed;
