@@ -1,6 +1,7 @@
 """Chat templates: the native Jinja subset against Python jinja2 on real and real-style templates.
 
-The reference is `jinja2.Environment(trim_blocks=False, lstrip_blocks=False)` with the same
+The reference is `jinja2.Environment(trim_blocks=True, lstrip_blocks=True)` (as Hugging Face
+transformers renders chat templates) with the same
 context the core provides: messages, add_generation_prompt, bos_token and eos_token (the texts
 of the model's BOS/EOS tokens, read here independently with gguf.GGUFReader) and a
 raise_exception() global.
@@ -198,7 +199,7 @@ def jinja_render(
     template: str, messages: list[Message], add_generation_prompt: bool, bos: str, eos: str
 ) -> tuple[str, str]:
     """("ok", text) or ("raise", message) as Python jinja2 renders it."""
-    env = jinja2.Environment(trim_blocks=False, lstrip_blocks=False)
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = _raise_exception
     try:
         text = env.from_string(template).render(

@@ -1,9 +1,10 @@
 """Chat templates: render a model's Jinja chat template (or a given one) for a list of messages.
 
 The native engine implements the Jinja2 subset GGUF chat templates use, with the semantics of
-`jinja2.Environment()` (no trim_blocks/lstrip_blocks, one trailing newline of the template
-dropped) and `messages`, `add_generation_prompt`, `bos_token`, `eos_token` and
-`raise_exception()` in the context. See native/src/tokenizer/template.h for the exact subset.
+`jinja2.Environment(trim_blocks=True, lstrip_blocks=True)` as Hugging Face transformers renders
+chat templates (one trailing newline of the template dropped) and `messages`,
+`add_generation_prompt`, `bos_token`, `eos_token` and `raise_exception()` in the context. See
+native/src/tokenizer/template.h for the exact subset.
 """
 
 from __future__ import annotations

@@ -1369,7 +1369,7 @@ static tp_node *parse_body(tp_parser *P, const char *const *ends, size_t n_ends)
 geist_status gt_template_render(const char *tmpl, size_t len, const gt_tmpl_ctx *ctx,
                                 const gt_tmpl_opts *opts, char **out, size_t *out_len,
                                 gt_err *err) {
-    static const gt_tmpl_opts defaults = {false, false};
+    static const gt_tmpl_opts defaults = {true, true};
     if (!tmpl || !ctx || !out || !out_len)
         return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "chat template: NULL argument");
     if (len > GT_TMPL_LIMIT_SOURCE)

@@ -1,7 +1,8 @@
 /* Chat templates: a small Jinja2 subset, enough for the chat templates GGUF files carry.
  *
- * Semantics follow Python jinja2 with Environment(trim_blocks=False, lstrip_blocks=False,
- * keep_trailing_newline=False) and Undefined as the undefined type:
+ * Semantics follow Python jinja2 with Environment(trim_blocks=True, lstrip_blocks=True,
+ * keep_trailing_newline=False), as Hugging Face transformers renders chat templates (the text a
+ * model was trained on), and Undefined as the undefined type:
  *  - {{ expr }}, {% if/elif/else/endif %}, {% for a[, b] in expr [if cond] %}...{% else %}
  *    ...{% endfor %} (loop.index, index0, revindex, revindex0, first, last, length, previtem,
  *    nextitem, cycle()), {% set x = e %}, {% set ns.attr = e %}, {% set x %}...{% endset %},
@@ -61,8 +62,8 @@ typedef struct gt_tmpl_msg {
 } gt_tmpl_msg;
 
 typedef struct gt_tmpl_opts {
-    bool trim_blocks;   /* jinja2 trim_blocks (HF transformers sets it); default false */
-    bool lstrip_blocks; /* jinja2 lstrip_blocks; default false */
+    bool trim_blocks;   /* jinja2 trim_blocks (HF transformers sets it); default true */
+    bool lstrip_blocks; /* jinja2 lstrip_blocks (likewise); default true */
 } gt_tmpl_opts;
 
 typedef struct gt_tmpl_ctx {
