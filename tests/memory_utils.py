@@ -18,10 +18,15 @@ def pin_malloc_thresholds() -> None:
     libc.mallopt(M_TRIM_THRESHOLD, 128 * 1024)
 
 
-def rss_bytes() -> int:
-    gc.collect()
+def status_bytes(key: str) -> int:
+    """A size field of /proc/self/status (VmRSS, VmHWM, ...) in bytes."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError("VmRSS not found")
+    raise RuntimeError(f"{key} not found")
+
+
+def rss_bytes() -> int:
+    gc.collect()
+    return status_bytes("VmRSS")

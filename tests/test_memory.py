@@ -12,7 +12,7 @@ import pytest
 
 import geist
 from memory_isolated import run_isolated
-from memory_utils import pin_malloc_thresholds, rss_bytes
+from memory_utils import pin_malloc_thresholds, rss_bytes, status_bytes
 
 pytestmark = pytest.mark.slow
 
@@ -117,19 +117,11 @@ def test_bench_peak_rss_from_memory(which: str, request: pytest.FixtureRequest) 
     run_isolated("test_memory", "bench_peak_check", str(path))
 
 
-def _status_kib(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{key} not found")
-
-
 def bench_peak_check(path: str) -> None:
     size = Path(path).stat().st_size
     rng = np.random.default_rng(0)
     engine = geist.Engine(n_threads=2)
-    base = _status_kib("VmRSS") * 1024
+    base = status_bytes("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # the peak (VmHWM) restarts from the current RSS
     with open(path, "rb") as f:
@@ -140,7 +132,7 @@ def bench_peak_check(path: str) -> None:
         for _ in range(64):
             s.step()
         kv = s.memory()["kv_cache"]
-    peak = _status_kib("VmHWM") * 1024 - base
+    peak = status_bytes("VmHWM") - base
     bound = size + kv + 16 * 2**20
     print(f"peak above baseline {peak / 2**20:.1f} MiB; file {size / 2**20:.1f} MiB + KV "
           f"{kv / 2**20:.2f} MiB + 16 MiB = {bound / 2**20:.1f} MiB")

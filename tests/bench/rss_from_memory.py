@@ -1,8 +1,8 @@
 """Peak memory of the bench's work (one session of 256 positions, prefill 128, decode 64), each side
 in a fresh process: geist loading from the game's buffer (the file read into memory: the game's
-copy counts), llama.cpp loading the file (mmap; it cannot load from memory). Prints the peak RSS
-above the process's RSS before loading (VmHWM after resetting it) and geist's bound
-file + KV + 16 MiB (issue 4; tests/test_memory.py asserts it).
+copy counts; the measurement of tests/test_memory.py, which asserts geist's bound
+file + KV + 16 MiB), llama.cpp loading the file (mmap; it cannot load from memory). Prints the
+peak RSS above the process's RSS before loading (VmHWM after resetting it).
 
     .venv/bin/python tests/bench/rss_from_memory.py            # llama.cpp from install_llama_cpp.sh
 """
@@ -16,7 +16,14 @@ from pathlib import Path
 
 LLAMA_PY = Path.home() / ".cache" / "geist" / "llama-venv" / "bin" / "python"
 
-COMMON = r"""
+TESTS = Path(__file__).resolve().parent.parent
+
+# geist's side is the test's own measurement (tests/test_memory.py: bench_peak_check), run in a
+# fresh interpreter; it prints the peak, the bound and its parts
+GEIST = "import sys; sys.path.insert(0, sys.argv[2]); import test_memory; " \
+        "test_memory.bench_peak_check(sys.argv[1])"
+
+LLAMA = r"""
 import sys
 import numpy as np
 def kib(key):
@@ -25,28 +32,6 @@ def kib(key):
             if line.startswith(key + ":"):
                 return int(line.split()[1])
     return 0
-"""
-
-GEIST = COMMON + r"""
-import geist
-path = sys.argv[1]
-engine = geist.Engine(n_threads=2)
-base = kib("VmRSS")
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
-with open(path, "rb") as f:
-    buf = f.read()
-model = geist.Model.from_buffer(buf, engine=engine)
-rng = np.random.default_rng(0)
-with model.session(max_seq_len=256) as s:
-    s.prefill([int(x) for x in rng.integers(0, model.n_vocab, 128)])
-    for _ in range(64):
-        s.step()
-    kv = s.memory()["kv_cache"]
-print((kib("VmHWM") - base) / 1024, kv / 2**20)
-"""
-
-LLAMA = COMMON + r"""
 from llama_cpp import Llama
 path = sys.argv[1]
 base = kib("VmRSS")
@@ -71,12 +56,9 @@ def main() -> int:
 
     for name in ns.models:
         path = Path(name) if Path(name).exists() else models.get(name)
-        size = path.stat().st_size / 2**20
-        out = subprocess.run([sys.executable, "-c", GEIST, str(path)], capture_output=True,
-                             text=True, check=True).stdout.split()
-        peak, kv = float(out[0]), float(out[1])
-        line = (f"{path.name}: geist from memory {peak:.1f} MiB (bound: file {size:.1f} + KV "
-                f"{kv:.2f} + 16 = {size + kv + 16:.1f} MiB)")
+        out = subprocess.run([sys.executable, "-c", GEIST, str(path), str(TESTS)],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        line = f"{path.name}: geist from memory: {out}"
         if Path(ns.llama_python).exists():
             ll = subprocess.run([ns.llama_python, "-c", LLAMA, str(path)], capture_output=True,
                                 text=True, check=True).stdout.split()

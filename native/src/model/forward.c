@@ -347,6 +347,12 @@ typedef struct layer_job {
     int32_t n_slices; /* STEP_ATTEND: query-head slices per row (one per KV head, or halves) */
 } layer_job;
 
+/* x += o, o normed first on architectures with post-norms (Gemma 3) */
+static void add_residual(const gt_config *c, float *x, float *o, const float *post_norm) {
+    if (c->post_norms) rmsnorm(o, o, post_norm, c->d_model, c->eps);
+    for (int64_t i = 0; i < c->d_model; i++) x[i] += o[i];
+}
+
 static void layer_task(void *ctx, int64_t task, float *tmp) {
     const layer_job *j = ctx;
     const geist_model *m = j->m;
@@ -418,25 +424,19 @@ static void layer_task(void *ctx, int64_t task, float *tmp) {
         }
         break;
     }
-    case STEP_POST_ATTN: {
-        float *ot = sc->o + t * d, *xt = sc->x + t * d;
-        if (c->post_norms) rmsnorm(ot, ot, L->post_attn_norm.data, d, c->eps);
-        for (int64_t i = 0; i < d; i++) xt[i] += ot[i];
-        rmsnorm(sc->xn + t * d, xt, L->ffn_norm.data, d, c->eps);
+    case STEP_POST_ATTN:
+        add_residual(c, sc->x + t * d, sc->o + t * d, L->post_attn_norm.data);
+        rmsnorm(sc->xn + t * d, sc->x + t * d, L->ffn_norm.data, d, c->eps);
         break;
-    }
     case STEP_ACT: {
         float *gt = sc->gate + t * c->n_ff;
         const float *ut = sc->up + t * c->n_ff;
         for (int64_t i = 0; i < c->n_ff; i++) gt[i] = act(c->act, gt[i]) * ut[i];
         break;
     }
-    case STEP_POST_FFN: {
-        float *ot = sc->o + t * d, *xt = sc->x + t * d;
-        if (c->post_norms) rmsnorm(ot, ot, L->post_ffn_norm.data, d, c->eps);
-        for (int64_t i = 0; i < d; i++) xt[i] += ot[i];
+    case STEP_POST_FFN:
+        add_residual(c, sc->x + t * d, sc->o + t * d, L->post_ffn_norm.data);
         break;
-    }
     }
 }
 

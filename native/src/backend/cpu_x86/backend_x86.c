@@ -177,6 +177,18 @@ static void matmul_float(const gt_weight *w, const float *x, int64_t n_tok, floa
 
 /* ---- integer path --------------------------------------------------------------------------- */
 
+/* bytes of one block of a quantized type (constant-folded where the kernels pass a constant) */
+static inline int q_block_bytes(uint32_t type) {
+    switch (type) {
+    case GT_TYPE_Q4_0: return 18;
+    case GT_TYPE_Q4_1: return 20;
+    case GT_TYPE_Q5_0: return 22;
+    case GT_TYPE_Q8_0: return 34;
+    case GT_TYPE_Q4_K: return 144;
+    default: return 210; /* Q6_K */
+    }
+}
+
 #define KT T_AVX2
 #define KN(name) avx2_##name
 #define KVNNI 0
