@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "../model/forward.h"
+#include "pool.h"
 #include "../sample/sampler.h"
 #include "../session/session.h"
 
@@ -43,6 +44,9 @@ typedef struct gt_req {
     int32_t *prompt;
     int32_t n_prompt, n_prompt_done, step_rows;
     int32_t pending;        /* R_DECODE: the sampled token to run */
+    int32_t sampled;        /* the step's sample (sample_task), with its status and error */
+    geist_status sample_st;
+    gt_err sample_err;
     int32_t finish_after;   /* reason to finish with once `pending` ran, or -1 */
     geist_sampler *sampler;
     geist_detokenizer *detok;
@@ -636,31 +640,58 @@ static size_t stop_hit(const gt_req *r, size_t from) {
     return best;
 }
 
-/* After the request's rows ran (or with no rows for R_SAMPLE): advance it. Returns true when it
- * ended (events written). Scheduler thread, unlocked; the request is in_step. */
-static bool advance(gt_req *r, ev_vec *evs) {
-    geist_session *s = r->session;
-    gt_err err = {0};
+/* After the request's rows ran (or with no rows for R_SAMPLE), advancing it takes three steps:
+ * advance_begin (ends it or says whether it samples), the sampling of all requests of the step at
+ * once on the pool (each reads its whole vocabulary of logits: ~40 us for SmolLM2's 49,152, paid
+ * one request after the other before), and advance_end with the token. Scheduler thread,
+ * unlocked; the request is in_step. */
+enum { ADV_ENDED, ADV_WAIT, ADV_SAMPLE };
+
+static int advance_begin(gt_req *r, ev_vec *evs) {
     if (atomic_load(&r->cancel)) {
         emit_finished(evs, r, GEIST_FINISH_CANCELLED);
-        return true;
+        return ADV_ENDED;
     }
     if (r->state == R_PREFILL) {
         r->n_prompt_done += r->step_rows;
-        if (r->n_prompt_done < r->n_prompt) return false;
+        if (r->n_prompt_done < r->n_prompt) return ADV_WAIT;
     } else if (r->state == R_DECODE && r->finish_after >= 0) {
         emit_finished(evs, r, r->finish_after);
-        return true;
+        return ADV_ENDED;
     }
     if (r->n_gen >= r->max_tokens) {
         emit_finished(evs, r, GEIST_FINISH_LENGTH);
+        return ADV_ENDED;
+    }
+    return ADV_SAMPLE;
+}
+
+typedef struct pick {
+    gt_req *r;
+    int32_t rows;
+    int adv; /* ADV_* after the step's rows ran */
+} pick;
+
+/* pool task: sample pick i of the step if it samples (only its own sampler and session are
+ * touched) */
+static void sample_task(void *ctx, int64_t i, float *scratch) {
+    (void)scratch;
+    const pick *pk = (const pick *)ctx + i;
+    if (pk->adv != ADV_SAMPLE) return;
+    gt_req *r = pk->r;
+    r->sample_err = (gt_err){0};
+    r->sample_st = gt_sampler_sample(r->sampler, r->session->logits, &r->sampled, &r->sample_err);
+}
+
+/* Returns true when the request ended (events written). */
+static bool advance_end(gt_req *r, ev_vec *evs) {
+    geist_session *s = r->session;
+    gt_err err = {0};
+    if (r->sample_st != GEIST_OK) {
+        emit_failed(evs, r, &r->sample_err);
         return true;
     }
-    int32_t id = -1;
-    if (gt_sampler_sample(r->sampler, s->logits, &id, &err) != GEIST_OK) {
-        emit_failed(evs, r, &err);
-        return true;
-    }
+    const int32_t id = r->sampled;
     if (geist_token_is_end(r->model, id)) {
         emit_finished(evs, r, GEIST_FINISH_STOP);
         return true;
@@ -707,11 +738,6 @@ static bool advance(gt_req *r, ev_vec *evs) {
     if (r->n_gen >= r->max_tokens) r->finish_after = GEIST_FINISH_LENGTH;
     return false;
 }
-
-typedef struct pick {
-    gt_req *r;
-    int32_t rows;
-} pick;
 
 static int pick_order(const void *a, const void *b) {
     const gt_req *x = ((const pick *)a)->r, *y = ((const pick *)b)->r;
@@ -893,7 +919,7 @@ static void *scheduler_main(void *arg) {
             picks_cap = n_req;
         }
         size_t k = 0;
-        for (gt_req *r = rt->reqs; r; r = r->next) picks[k++] = (pick){r, 0};
+        for (gt_req *r = rt->reqs; r; r = r->next) picks[k++] = (pick){r, 0, ADV_WAIT};
         qsort(picks, k, sizeof *picks, pick_order);
         const geist_model *model = picks[0].r->model;
         int32_t rows_left = rt->opts.max_batch, prefill_left = rt->opts.prefill_chunk;
@@ -917,7 +943,7 @@ static void *scheduler_main(void *arg) {
             r->in_step = true;
             r->step_rows = want;
             r->last_step = ++rt->step_no;
-            picks[n_sel++] = (pick){r, want};
+            picks[n_sel++] = (pick){r, want, ADV_WAIT};
         }
         pthread_mutex_unlock(&rt->lock);
 
@@ -956,15 +982,22 @@ static void *scheduler_main(void *arg) {
             }
             st = gt_forward_batch(model, rows, n_rows, rt->scratch, &err);
         }
+        size_t n_sample = 0;
         for (size_t i = 0; i < n_sel; i++) {
             gt_req *r = picks[i].r;
-            bool ended;
             if (st != GEIST_OK && picks[i].rows > 0) {
                 emit_failed(&evs, r, &err);
-                ended = true;
+                picks[i].adv = ADV_ENDED;
             } else {
-                ended = advance(r, &evs);
+                picks[i].adv = advance_begin(r, &evs);
             }
+            n_sample += picks[i].adv == ADV_SAMPLE;
+        }
+        gt_pool_run(n_sample >= 2 ? model->engine->pool : NULL, (int64_t)n_sel, 0, sample_task,
+                    picks, NULL);
+        for (size_t i = 0; i < n_sel; i++) {
+            const int a = picks[i].adv;
+            const bool ended = a == ADV_ENDED || (a == ADV_SAMPLE && advance_end(picks[i].r, &evs));
             picks[i].rows = ended ? -1 : 0;
         }
         const double spent = now_ms() - t0;

@@ -693,6 +693,19 @@ static KV_TARGET inline void axpys_f16(float *o, int64_t os, int32_t ne, const f
         for (int32_t t = i; t < n; t++) o[e * os + t] += w[e] * gt_f16_to_f32(h[t]);
 }
 
+/* F16 row of position p in a layer's K or V storage (base = kv->k or kv->v), at element off */
+static inline const uint16_t *f16_at(const void *base, const gt_kv_layer *kv, size_t row_bytes,
+                                     int32_t p, int64_t off) {
+    return (const uint16_t *)(const void *)((const uint8_t *)base + (size_t)slot_of(kv, p) * row_bytes) + off;
+}
+
+/* The query heads of [h0, h1) that KV head g serves: the first, relative to g's group (*ea), and
+ * how many (returned). */
+static inline int32_t heads_of(int32_t h0, int32_t h1, int32_t g, int32_t gsize, int32_t *ea) {
+    *ea = h0 > g * gsize ? h0 - g * gsize : 0;
+    return (h1 < (g + 1) * gsize ? h1 - g * gsize : gsize) - *ea;
+}
+
 static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, const int32_t *hi,
                                          int32_t n_seg, const gt_config *c, const float *q,
                                          int32_t n_ctx, float *out, float *scores, int32_t h0,
@@ -700,8 +713,8 @@ static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, 
     const int32_t hk = c->head_dim_k, hv = c->head_dim_v, gsize = c->n_head / c->n_head_kv;
     for (int32_t g = h0 / gsize; g * gsize < h1; g++) {
         /* the query heads [h0, h1) of KV head g */
-        const int32_t ea = h0 > g * gsize ? h0 - g * gsize : 0;
-        const int32_t group = (h1 < (g + 1) * gsize ? h1 - g * gsize : gsize) - ea;
+        int32_t ea;
+        const int32_t group = heads_of(h0, h1, g, gsize, &ea);
         const float *qg = q + (int64_t)(g * gsize + ea) * hk;
         float *og = out + (int64_t)(g * gsize + ea) * hv;
         int32_t j = 0;
@@ -709,8 +722,7 @@ static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, 
             const gt_kv_layer *kv = segs[i].kv;
             const size_t krow = segs[i].g->krow;
             for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
-                const uint16_t *kr = (const uint16_t *)(const void *)(
-                    (const uint8_t *)kv->k + (size_t)slot_of(kv, p) * krow) + (int64_t)g * hk;
+                const uint16_t *kr = f16_at(kv->k, kv, krow, p, (int64_t)g * hk);
                 for (int32_t e0 = 0; e0 < group; e0 += 4) {
                     const int32_t ne = group - e0 < 4 ? group - e0 : 4;
                     float res[4];
@@ -726,8 +738,7 @@ static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, 
             const gt_kv_layer *kv = segs[i].kv;
             const size_t vrow = segs[i].g->vrow;
             for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
-                const uint16_t *vr = (const uint16_t *)(const void *)(
-                    (const uint8_t *)kv->v + (size_t)slot_of(kv, p) * vrow) + (int64_t)g * hv;
+                const uint16_t *vr = f16_at(kv->v, kv, vrow, p, (int64_t)g * hv);
                 for (int32_t e0 = 0; e0 < group; e0 += 4) {
                     const int32_t ne = group - e0 < 4 ? group - e0 : 4;
                     float w[4];
@@ -737,6 +748,81 @@ static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, 
             }
         }
     }
+}
+#endif
+
+#ifdef KV_HAVE_X86
+/* F16 caches with AVX-512 (head dims multiples of 16): scores by one fused-multiply-add chain per
+ * (position, head) and one lane reduction; the weighted sum of V rows kept in registers across all
+ * positions (up to 4 query heads x 64 dims at a time), not read and written back per position.
+ * Its own arithmetic, not the AVX2 path's: every session's attention runs through this function
+ * alone or batched, so greedy ids and logits stay equal either way. */
+#define KV512 __attribute__((target("avx2,f16c,fma,avx512f")))
+
+static KV512 void attend_f16_512(const kv_seg *segs, const int32_t *lo, const int32_t *hi,
+                                 int32_t n_seg, const gt_config *c, const float *q, int32_t n_ctx,
+                                 float *out, float *scores, int32_t h0, int32_t h1) {
+    const int32_t hk = c->head_dim_k, hv = c->head_dim_v, gsize = c->n_head / c->n_head_kv;
+    for (int32_t g = h0 / gsize; g * gsize < h1; g++) {
+        int32_t ea;
+        const int32_t group = heads_of(h0, h1, g, gsize, &ea);
+        const float *qg = q + (int64_t)(g * gsize + ea) * hk;
+        float *og = out + (int64_t)(g * gsize + ea) * hv;
+        int32_t j = 0;
+        for (int32_t i = 0; i < n_seg; i++) {
+            const gt_kv_layer *kv = segs[i].kv;
+            const size_t krow = segs[i].g->krow;
+            for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
+                const uint16_t *kr = f16_at(kv->k, kv, krow, p, (int64_t)g * hk);
+                for (int32_t e = 0; e < group; e++) {
+                    const float *qe = qg + (int64_t)e * hk;
+                    __m512 acc = _mm512_setzero_ps();
+                    for (int32_t d = 0; d < hk; d += 16)
+                        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qe + d),
+                                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(kr + d))), acc);
+                    scores[(int64_t)e * n_ctx + j] = _mm512_reduce_add_ps(acc);
+                }
+            }
+        }
+        for (int32_t e = 0; e < group; e++) softmax_row(scores + (int64_t)e * n_ctx, n_ctx, c->attn_scale);
+        for (int32_t e0 = 0; e0 < group; e0 += 4) {
+            const int32_t ne = group - e0 < 4 ? group - e0 : 4;
+            for (int32_t d0 = 0; d0 < hv; d0 += 64) {
+                const int32_t nz = (hv - d0) / 16 < 4 ? (hv - d0) / 16 : 4;
+                __m512 acc[4][4];
+                for (int32_t e = 0; e < 4; e++)
+                    for (int32_t z = 0; z < 4; z++) acc[e][z] = _mm512_setzero_ps();
+                j = 0;
+                for (int32_t i = 0; i < n_seg; i++) {
+                    const gt_kv_layer *kv = segs[i].kv;
+                    const size_t vrow = segs[i].g->vrow;
+                    for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
+                        const uint16_t *vr = f16_at(kv->v, kv, vrow, p, (int64_t)g * hv + d0);
+                        __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                                       _mm512_setzero_ps()};
+#pragma GCC unroll 4
+                        for (int32_t z = 0; z < 4; z++)
+                            if (z < nz) v[z] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(vr + 16 * z)));
+#pragma GCC unroll 4
+                        for (int32_t e = 0; e < 4; e++) {
+                            if (e >= ne) break;
+                            const __m512 w = _mm512_set1_ps(scores[(int64_t)(e0 + e) * n_ctx + j]);
+#pragma GCC unroll 4
+                            for (int32_t z = 0; z < 4; z++)
+                                if (z < nz) acc[e][z] = _mm512_fmadd_ps(w, v[z], acc[e][z]);
+                        }
+                    }
+                }
+                for (int32_t e = 0; e < ne; e++)
+                    for (int32_t z = 0; z < nz; z++)
+                        _mm512_storeu_ps(og + (int64_t)(e0 + e) * hv + d0 + 16 * z, acc[e][z]);
+            }
+        }
+    }
+}
+
+static bool has_avx512(void) {
+    return has_simd() && __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx512f");
 }
 #endif
 
@@ -782,6 +868,10 @@ void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t
 #ifdef KV_HAVE_X86
     bool all_f16 = has_simd();
     for (int32_t i = 0; i < n_seg; i++) all_f16 = all_f16 && segs[i].g->mode == GEIST_KV_F16;
+    if (all_f16 && has_avx512() && hk % 16 == 0 && hv % 16 == 0) {
+        attend_f16_512(segs, lo, hi, n_seg, c, q, n_ctx, out, sc->scores, h0, h1);
+        return;
+    }
     if (all_f16) {
         attend_f16_grouped(segs, lo, hi, n_seg, c, q, n_ctx, out, sc->scores, h0, h1);
         return;
