@@ -15,9 +15,9 @@
 #include <time.h>
 
 #include "../model/forward.h"
-#include "pool.h"
 #include "../sample/sampler.h"
 #include "../session/session.h"
+#include "pool.h"
 
 enum { R_NEW, R_PREFILL, R_SAMPLE, R_DECODE };
 

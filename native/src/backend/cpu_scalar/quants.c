@@ -193,13 +193,7 @@ static float dot_run(const float *a, const float *b, int len) {
         const float p = a[i] * b[i];
         lane[k] += p;
     }
-    const float s01 = lane[0] + lane[1];
-    const float s23 = lane[2] + lane[3];
-    const float s45 = lane[4] + lane[5];
-    const float s67 = lane[6] + lane[7];
-    const float s03 = s01 + s23;
-    const float s47 = s45 + s67;
-    return s03 + s47;
+    return gt_lane_tree8(lane);
 }
 
 float gt_scalar_dot_f32(const float *a, const float *b, int64_t n) {
