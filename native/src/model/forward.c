@@ -14,6 +14,7 @@
 #include "../session/session.h"
 #include "../runtime/pool.h"
 #include "../util/util.h"
+#include "../util/vmath.h"
 
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
     /* four double lanes in a fixed order (the compiler may vectorize them) */
@@ -46,14 +47,6 @@ static void rope(float *v, int32_t n_rot, gt_rope_style style, const float *cs, 
         v[a] = x0 * c - x1 * s;
         v[b] = x0 * s + x1 * c;
     }
-}
-
-static float act(gt_act a, float x) {
-    if (a == GT_ACT_SILU) return x / (1.0f + expf(-x));
-    /* GELU, tanh approximation: 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), one expf instead of
-     * tanhf's expm1f + division (a tenth of Gemma's prefill went to tanhf) */
-    const float k2 = 1.5957691216057308f; /* 2 sqrt(2/pi) */
-    return x / (1.0f + expf(-k2 * (x + 0.044715f * x * x * x)));
 }
 
 /* Matrix products go through the engine's worker pool in tasks of MM_ROWS output rows. The task
@@ -98,31 +91,37 @@ static void mm_task(void *ctx, int64_t task, float *tmp) {
     else j->be->matmul(p->w, j->x, j->n, p->y, p->ldy, r0, r1, tmp);
 }
 
+/* Work on each token's row before a product: its prologue (the row step that makes x, given
+ * no scratch), then its activations quantized once per format the parts need. */
 typedef struct quant_job {
     const gt_backend *be;
     const float *x;
     int64_t n;
     int32_t n_bufs;
+    gt_pool_fn pre;
+    void *pre_ctx;
     struct { uint32_t type; int64_t n_in; uint8_t *xq; size_t rb; } b[MM_PARTS];
 } quant_job;
 
-/* Pool task: quantize token task % n of buffer task / n */
+/* Pool task: token `task` */
 static void quant_task(void *ctx, int64_t task, float *unused) {
     (void)unused;
     const quant_job *j = ctx;
-    const int64_t t = task % j->n;
-    const int32_t k = (int32_t)(task / j->n);
-    j->be->quantize_acts(j->b[k].type, j->x + t * j->b[k].n_in, 1, j->b[k].n_in,
-                         j->b[k].xq + t * j->b[k].rb);
+    if (j->pre) j->pre(j->pre_ctx, task, NULL);
+    for (int32_t k = 0; k < j->n_bufs; k++)
+        j->be->quantize_acts(j->b[k].type, j->x + task * j->b[k].n_in, 1, j->b[k].n_in,
+                             j->b[k].xq + task * j->b[k].rb);
 }
 
-/* y_k[t * ldy_k + r] = dot(W_k[r], x[t]) for the n_parts products (all of x's width); tmp:
- * n_in floats for the calling thread. */
+/* y_k[t * ldy_k + r] = dot(W_k[r], x[t]) for the n_parts products (all of x's width), after
+ * pre(pre_ctx, t, NULL) made row t of x (pre may be NULL): the row steps between two products
+ * ride on the job that quantizes the rows, one pool hand-off fewer (a batched step of 8 sessions
+ * had ~450 jobs). tmp: n_in floats for the calling thread. */
 static void pool_matmuls(gt_pool *pool, const gt_backend *be, int32_t n_parts,
                          const gt_weight *const *w, const float *x, int32_t n, float *const *y,
-                         const int64_t *ldy, float *tmp) {
+                         const int64_t *ldy, float *tmp, gt_pool_fn pre, void *pre_ctx) {
     mm_job j = {be, x, n, n_parts, {{0}}};
-    quant_job qj = {be, x, n, 0, {{0}}};
+    quant_job qj = {be, x, n, 0, pre, pre_ctx, {{0}}};
     _Alignas(64) uint8_t small[16384]; /* decode's activations fit here */
     size_t small_used = 0;
     void *heap[MM_PARTS] = {NULL};
@@ -166,16 +165,15 @@ static void pool_matmuls(gt_pool *pool, const gt_backend *be, int32_t n_parts,
         }
         if (p->xq == NULL && (size_t)w[k]->n_in > float_scratch) float_scratch = (size_t)w[k]->n_in;
     }
-    if (qj.n_bufs > 0)
-        gt_pool_run((int64_t)n * qj.n_bufs < POOL_MIN_ROWS ? NULL : pool, (int64_t)n * qj.n_bufs, 0,
-                    quant_task, &qj, tmp);
+    if (qj.n_bufs > 0 || pre != NULL)
+        gt_pool_run(n < POOL_MIN_ROWS ? NULL : pool, n, 0, quant_task, &qj, tmp);
     gt_pool_run(pool, tasks, float_scratch, mm_task, &j, tmp);
     for (int32_t k = 0; k < n_parts; k++) free(heap[k]);
 }
 
 static void pool_matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w, const float *x,
                         int32_t n, float *y, int64_t ldy, float *tmp) {
-    pool_matmuls(pool, be, 1, &w, x, n, &y, &ldy, tmp);
+    pool_matmuls(pool, be, 1, &w, x, n, &y, &ldy, tmp, NULL, NULL);
 }
 
 /* A product whose output rows are packed (ldy = n_out), on the engine's pool. */
@@ -328,14 +326,13 @@ static bool grow_logits(gt_fwd_scratch *sc, const gt_config *c, int32_t rows) {
  * it runs on every thread and its results do not depend on which thread ran what. */
 
 typedef enum row_step {
-    STEP_ATTN_NORM, /* xn = norm(x) */
-    STEP_QK,        /* QK norm and rotary embedding of q and k */
-    STEP_KV,        /* rows of direct and staged groups store their K/V */
+    STEP_ATTN_NORM, /* the previous layer's x += post_norm(o), then xn = norm(x) */
+    STEP_QK,        /* QK norm and rotary embedding of q and k; rows of direct and staged
+                     * groups then store their K/V */
     STEP_ATTEND,    /* rows of direct and staged groups attend, in slices of their heads */
     STEP_GROUP,     /* per group: in order, store K/V and attend row after row; staged: store */
     STEP_POST_ATTN, /* x += post_norm(o); xn = ffn_norm(x) */
-    STEP_ACT,       /* gate = act(gate) * up */
-    STEP_POST_FFN   /* x += post_norm(o) */
+    STEP_ACT        /* gate = act(gate) * up */
 } row_step;
 
 typedef struct layer_job {
@@ -367,6 +364,7 @@ static void layer_task(void *ctx, int64_t task, float *tmp) {
     const int64_t t = task;
     switch (j->step) {
     case STEP_ATTN_NORM:
+        if (j->il > 0) add_residual(c, sc->x + t * d, sc->o + t * d, m->layers[j->il - 1].post_ffn_norm.data);
         rmsnorm(sc->xn + t * d, sc->x + t * d, L->attn_norm.data, d, c->eps);
         break;
     case STEP_QK: {
@@ -386,11 +384,7 @@ static void layer_task(void *ctx, int64_t task, float *tmp) {
             if (c->qk_norm) rmsnorm(kh, kh, L->k_norm.data, c->head_dim_k, c->eps);
             rope(kh, c->n_rot, c->rope_style, cs, sn);
         }
-        break;
-    }
-    case STEP_KV: {
         const group *g = &sc->groups[sc->row_group[t]];
-        const gt_batch_row *r = &j->rows[t];
         if (g->mode == GT_KV_DIRECT)
             gt_kv_write(r->s, j->il, r->pos, sc->k + t * kd, sc->v + t * vd);
         else if (g->mode == GT_KV_STAGED)
@@ -431,12 +425,10 @@ static void layer_task(void *ctx, int64_t task, float *tmp) {
     case STEP_ACT: {
         float *gt = sc->gate + t * c->n_ff;
         const float *ut = sc->up + t * c->n_ff;
-        for (int64_t i = 0; i < c->n_ff; i++) gt[i] = act(c->act, gt[i]) * ut[i];
+        if (c->act == GT_ACT_SILU) gt_silu_mul(gt, ut, c->n_ff);
+        else gt_gelu_tanh_mul(gt, ut, c->n_ff);
         break;
     }
-    case STEP_POST_FFN:
-        add_residual(c, sc->x + t * d, sc->o + t * d, L->post_ffn_norm.data);
-        break;
     }
 }
 
@@ -465,14 +457,12 @@ static void run_layers(const geist_model *m, const gt_batch_row *rows, int32_t n
         const gt_layer *L = &m->layers[il];
         layer_job j = {m, rows, sc, il, STEP_ATTN_NORM,
                        c->n_head_kv > 1 ? c->n_head_kv : (c->n_head > 1 ? 2 : 1)};
-        layer_step(pool, &j, STEP_ATTN_NORM, n);
-        {
+        { /* prologue: STEP_ATTN_NORM */
             const gt_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
             float *ys[3] = {sc->q, sc->k, sc->v};
             const int64_t ld[3] = {L->wq.n_out, L->wk.n_out, L->wv.n_out};
-            pool_matmuls(pool, be, 3, ws, sc->xn, n, ys, ld, sc->tmp);
+            pool_matmuls(pool, be, 3, ws, sc->xn, n, ys, ld, sc->tmp, layer_task, &j);
         }
-        layer_step(pool, &j, STEP_QK, n);
         int32_t n_split = 0, n_direct = 0; /* groups whose rows attend apart; of them direct */
         for (int32_t g = 0; g < n_groups; g++) {
             group *gr = &sc->groups[g];
@@ -486,25 +476,28 @@ static void run_layers(const geist_model *m, const gt_batch_row *rows, int32_t n
             n_split += gr->mode != GT_KV_IN_ORDER;
             n_direct += gr->mode == GT_KV_DIRECT;
         }
-        if (n_split > 0) {
-            layer_step(pool, &j, STEP_KV, n);
-            layer_step(pool, &j, STEP_ATTEND, (int64_t)n * j.n_slices);
-        }
+        layer_step(pool, &j, STEP_QK, n);
+        if (n_split > 0) layer_step(pool, &j, STEP_ATTEND, (int64_t)n * j.n_slices);
         if (n_direct < n_groups) layer_step(pool, &j, STEP_GROUP, n_groups);
         matmul(pool, be, &L->wo, sc->att, n, sc->o, sc->tmp);
-        layer_step(pool, &j, STEP_POST_ATTN, n);
-        {
+        { /* prologue: STEP_POST_ATTN */
             const gt_weight *ws[2] = {&L->w_gate, &L->w_up};
             float *ys[2] = {sc->gate, sc->up};
             const int64_t ld[2] = {L->w_gate.n_out, L->w_up.n_out};
-            pool_matmuls(pool, be, 2, ws, sc->xn, n, ys, ld, sc->tmp);
+            j.step = STEP_POST_ATTN;
+            pool_matmuls(pool, be, 2, ws, sc->xn, n, ys, ld, sc->tmp, layer_task, &j);
         }
-        layer_step(pool, &j, STEP_ACT, n);
-        matmul(pool, be, &L->w_down, sc->gate, n, sc->o, sc->tmp);
-        layer_step(pool, &j, STEP_POST_FFN, n);
+        j.step = STEP_ACT;
+        pool_matmuls(pool, be, 1, (const gt_weight *const[]){&L->w_down}, sc->gate, n,
+                     (float *const[]){sc->o}, (const int64_t[]){L->w_down.n_out}, sc->tmp,
+                     layer_task, &j);
+        /* the residual of the FFN output: the next layer's STEP_ATTN_NORM, or below */
     }
-    for (int32_t t = 0; t < n; t++)
+    const gt_layer *last = &m->layers[c->n_layer - 1];
+    for (int32_t t = 0; t < n; t++) {
+        add_residual(c, sc->x + t * d, sc->o + t * d, last->post_ffn_norm.data);
         rmsnorm(sc->xn + t * d, sc->x + t * d, m->output_norm.data, d, c->eps);
+    }
 }
 
 geist_status gt_forward_batch(const geist_model *m, const gt_batch_row *rows, int32_t n,

@@ -294,30 +294,86 @@ static void apply_penalties(geist_sampler *s) {
 
 static void record(geist_sampler *s, int32_t id) { gt_sampler_accept(s, id); }
 
+/* ---- the passes over all logits (49,152 for SmolLM2, per token per session) --------------- */
+
+/* w = logits with NaN as -inf and +inf as FLT_MAX (so +inf ties stay ordered by id) */
+static void sanitize_scalar(float *w, const float *logits, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float x = logits[i];
+        w[i] = isnan(x) ? -INFINITY : x == INFINITY ? FLT_MAX : x;
+    }
+}
+
+/* the first id of the largest value that is neither NaN nor -inf; -1 if there is none */
+static int32_t argmax_scalar(const float *w, size_t n) {
+    int32_t best = -1;
+    float bv = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if (w[i] > bv) { /* false for NaN and for -inf against the start */
+            best = (int32_t)i;
+            bv = w[i];
+        }
+    return best;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+/* The same results, 8 at a time (the scalar loops were ~4 % of a batched step of 8 sessions) */
+#define SAMPLE_AVX2 __attribute__((target("avx2")))
+
+static SAMPLE_AVX2 void sanitize_avx2(float *w, const float *logits, size_t n) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), big = _mm256_set1_ps(FLT_MAX);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(logits + i);
+        const __m256 y = _mm256_blendv_ps(x, ninf, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        _mm256_storeu_ps(w + i, _mm256_min_ps(y, big));
+    }
+    sanitize_scalar(w + i, logits + i, n - i);
+}
+
+static SAMPLE_AVX2 int32_t argmax_avx2(const float *w, size_t n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(w + i), m); /* NaN: keeps m */
+    float l[8], bv = -INFINITY;
+    _mm256_storeu_ps(l, m);
+    for (int k = 0; k < 8; k++) bv = l[k] > bv ? l[k] : bv;
+    for (; i < n; i++) bv = w[i] > bv ? w[i] : bv;
+    if (bv == -INFINITY) return -1;
+    for (i = 0; i < n; i++)
+        if (w[i] == bv) return (int32_t)i;
+    return -1;
+}
+
+static bool has_avx2(void) { return __builtin_cpu_supports("avx2"); }
+#else
+static bool has_avx2(void) { return false; }
+static void sanitize_avx2(float *w, const float *logits, size_t n) { sanitize_scalar(w, logits, n); }
+static int32_t argmax_avx2(const float *w, size_t n) { return argmax_scalar(w, n); }
+#endif
+
+static void sanitize(float *w, const float *logits, size_t n) {
+    if (has_avx2()) sanitize_avx2(w, logits, n);
+    else sanitize_scalar(w, logits, n);
+}
+
+static int32_t argmax(const float *w, size_t n) {
+    return has_avx2() ? argmax_avx2(w, n) : argmax_scalar(w, n);
+}
+
 geist_status gt_sampler_sample(geist_sampler *s, const float *logits, int32_t *out_id,
                                gt_err *err) {
     const geist_sampler_options *o = &s->opts;
     size_t n = (size_t)s->n_vocab;
     float *w = s->work;
-    for (size_t i = 0; i < n; i++) {
-        float x = logits[i];
-        w[i] = isnan(x) ? -INFINITY : x == INFINITY ? FLT_MAX : x;
-    }
+    sanitize(w, logits, n);
     apply_penalties(s);
     for (size_t i = 0; i < s->n_bias; i++) w[s->bias_id[i]] += s->bias_val[i];
     if (s->hook) s->hook(s->hook_user, w, s->n_vocab);
 
     if (o->temperature <= 0.0f) {
-        int32_t best = -1;
-        float bv = -INFINITY;
-        for (size_t i = 0; i < n; i++) {
-            float x = w[i];
-            if (isnan(x) || x == -INFINITY) continue;
-            if (best < 0 || x > bv) {
-                best = (int32_t)i;
-                bv = x;
-            }
-        }
+        const int32_t best = argmax(w, n);
         if (best < 0)
             return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
                            "sampler: no candidate token (every logit is -inf after penalties, "

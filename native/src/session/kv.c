@@ -25,6 +25,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#include "../util/vexp_x86.h"
 #define KV_HAVE_X86 1
 #define KV_TARGET __attribute__((target("avx2,f16c")))
 #endif
@@ -263,7 +265,8 @@ static KV_TARGET void axpy_f16_avx(float *o, float w, const uint16_t *h, int32_t
 }
 
 static bool has_simd(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+           __builtin_cpu_supports("fma"); /* softmax_f16path */
 }
 #else
 static bool has_simd(void) { return false; }
@@ -651,9 +654,54 @@ static void softmax_row(float *scores, int32_t n, float scale) {
 }
 
 #ifdef KV_HAVE_X86
+#define KV_FMA __attribute__((target("avx2,f16c,fma")))
+/* softmax_row for the F16 paths below, 8 positions at a time with util/vexp_x86.h's e^x (expf per
+ * position was ~4 % of a batched step of 8 sessions) */
+static KV_FMA void softmax_f16path(float *scores, int32_t n, float scale) {
+    const __m256 sv = _mm256_set1_ps(scale);
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    int32_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(scores + t), sv);
+        _mm256_storeu_ps(scores + t, v);
+        mx = _mm256_max_ps(mx, v);
+    }
+    float l[8], m = -INFINITY;
+    _mm256_storeu_ps(l, mx);
+    for (int k = 0; k < 8; k++) m = l[k] > m ? l[k] : m;
+    for (int32_t u = t; u < n; u++) {
+        scores[u] *= scale;
+        m = scores[u] > m ? scores[u] : m;
+    }
+    float tail[8] = {0};
+    const int32_t nt = n - t;
+    for (int32_t u = 0; u < nt; u++) tail[u] = scores[t + u];
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 sum = _mm256_setzero_ps();
+    for (int32_t u = 0; u < t; u += 8) {
+        const __m256 e = gt_vexp8(_mm256_sub_ps(_mm256_loadu_ps(scores + u), mv));
+        _mm256_storeu_ps(scores + u, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    if (nt > 0) { /* the tail through the same e^x; its padding left out of the sum */
+        _mm256_storeu_ps(tail, gt_vexp8(_mm256_sub_ps(_mm256_loadu_ps(tail), mv)));
+        for (int32_t u = nt; u < 8; u++) tail[u] = 0.0f;
+        sum = _mm256_add_ps(sum, _mm256_loadu_ps(tail));
+        for (int32_t u = 0; u < nt; u++) scores[t + u] = tail[u];
+    }
+    _mm256_storeu_ps(l, sum);
+    const float invs = 1.0f / (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])));
+    const __m256 inv = _mm256_set1_ps(invs);
+    for (int32_t u = 0; u < t; u += 8) _mm256_storeu_ps(scores + u, _mm256_mul_ps(_mm256_loadu_ps(scores + u), inv));
+    for (int32_t u = t; u < n; u++) scores[u] *= invs;
+}
+#endif
+
+#ifdef KV_HAVE_X86
 /* F16 caches with AVX2: the query heads of one KV head together, so each K and V row is read once
  * for all of them and no call goes through a pointer per position. Per (head, position) the
- * arithmetic is the generic path's exactly (dot_f16_avx's, axpy_f16_avx's, softmax_row). */
+ * products are the generic path's exactly (dot_f16_avx's, axpy_f16_avx's); the softmax is
+ * softmax_f16path. A session's attention always takes the same path, alone or batched. */
 /* q_e . h for up to 4 query heads e < ne (q_e at q + e * qs): dot_f16_avx's arithmetic for each,
  * the K row converted once and the heads' chains interleaved */
 static KV_TARGET inline void dots_f16(const float *q, int64_t qs, int32_t ne, const uint16_t *h,
@@ -731,7 +779,7 @@ static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, 
                 }
             }
         }
-        for (int32_t e = 0; e < group; e++) softmax_row(scores + (int64_t)e * n_ctx, n_ctx, c->attn_scale);
+        for (int32_t e = 0; e < group; e++) softmax_f16path(scores + (int64_t)e * n_ctx, n_ctx, c->attn_scale);
         memset(og, 0, (size_t)group * (size_t)hv * sizeof(float));
         j = 0;
         for (int32_t i = 0; i < n_seg; i++) {
@@ -759,6 +807,17 @@ static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, 
  * alone or batched, so greedy ids and logits stay equal either way. */
 #define KV512 __attribute__((target("avx2,f16c,fma,avx512f")))
 
+/* The K or V rows of one head KV_AHEAD positions on: the walk reads a head's 128 bytes at a
+ * stride of the whole row, which the hardware prefetchers do not follow far enough */
+#define KV_AHEAD 6
+static inline __attribute__((always_inline)) void prefetch_ahead(const void *base, const gt_kv_layer *kv,
+                                                                  size_t row_bytes, int32_t p, int32_t hi,
+                                                                  int64_t off, int32_t n) {
+    if (p + KV_AHEAD > hi) return;
+    const char *r = (const char *)f16_at(base, kv, row_bytes, p + KV_AHEAD, off);
+    for (int32_t b = 0; b < 2 * n; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
+}
+
 static KV512 void attend_f16_512(const kv_seg *segs, const int32_t *lo, const int32_t *hi,
                                  int32_t n_seg, const gt_config *c, const float *q, int32_t n_ctx,
                                  float *out, float *scores, int32_t h0, int32_t h1) {
@@ -774,6 +833,7 @@ static KV512 void attend_f16_512(const kv_seg *segs, const int32_t *lo, const in
             const size_t krow = segs[i].g->krow;
             for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
                 const uint16_t *kr = f16_at(kv->k, kv, krow, p, (int64_t)g * hk);
+                prefetch_ahead(kv->k, kv, krow, p, hi[i], (int64_t)g * hk, hk);
                 for (int32_t e = 0; e < group; e++) {
                     const float *qe = qg + (int64_t)e * hk;
                     __m512 acc = _mm512_setzero_ps();
@@ -784,7 +844,7 @@ static KV512 void attend_f16_512(const kv_seg *segs, const int32_t *lo, const in
                 }
             }
         }
-        for (int32_t e = 0; e < group; e++) softmax_row(scores + (int64_t)e * n_ctx, n_ctx, c->attn_scale);
+        for (int32_t e = 0; e < group; e++) softmax_f16path(scores + (int64_t)e * n_ctx, n_ctx, c->attn_scale);
         for (int32_t e0 = 0; e0 < group; e0 += 4) {
             const int32_t ne = group - e0 < 4 ? group - e0 : 4;
             for (int32_t d0 = 0; d0 < hv; d0 += 64) {
@@ -798,6 +858,7 @@ static KV512 void attend_f16_512(const kv_seg *segs, const int32_t *lo, const in
                     const size_t vrow = segs[i].g->vrow;
                     for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
                         const uint16_t *vr = f16_at(kv->v, kv, vrow, p, (int64_t)g * hv + d0);
+                        prefetch_ahead(kv->v, kv, vrow, p, hi[i], (int64_t)g * hv + d0, 16 * nz);
                         __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                                        _mm512_setzero_ps()};
 #pragma GCC unroll 4
