@@ -43,7 +43,7 @@ func run() -> void:
 		quit(100)
 		return
 	var only := OS.get_cmdline_user_args()
-	var tests := ["buffer_load", "load_file", "bad_models", "two_sessions", "cancel",
+	var tests := ["buffer_load", "load_file", "pck", "bad_models", "two_sessions", "cancel",
 		"snapshot", "over_cap", "free_mid_generation", "npc", "kv_reuse", "trim"]
 	var t_all := Time.get_ticks_msec()
 	var model := GeistModel.new()
@@ -83,6 +83,43 @@ func test_load_file(_model: GeistModel, bytes: PackedByteArray) -> void:
 		var r2 := GeistModel.new()
 		r2.path = "res://model.gguf"
 		check(r2.is_loaded(), "setting the path property loads the model")
+
+
+# An exported game's res:// lives in its .pck: no file on disk to map, so load_file reads the
+# model once into a buffer the model owns and aliases. Packs the model with PCKPacker (what an
+# export writes), mounts the pack and loads from its res:// path.
+func test_pck(model: GeistModel, bytes: PackedByteArray) -> void:
+	var pck_path := OS.get_user_data_dir().path_join("geist_test.pck")
+	var packer := PCKPacker.new()
+	check(packer.pck_start(pck_path) == OK, "pck_start")
+	check(packer.add_file("res://packed/npc_model.gguf", model_path) == OK, "model added to the pack")
+	check(packer.flush() == OK, "pack written")
+	check(ProjectSettings.load_resource_pack(pck_path), "pack mounted")
+	var in_pack := "res://packed/npc_model.gguf"
+	check(FileAccess.file_exists(in_pack), "the model is visible at " + in_pack)
+	check(not FileAccess.file_exists(ProjectSettings.globalize_path(in_pack)),
+		"and not on disk (so it cannot be mapped)")
+	var m := GeistModel.new()
+	check(m.load_file(in_pack) == OK, "load_file from the .pck OK: " + m.get_error())
+	var mem := m.memory()
+	print("  memory: ", mem)
+	check(".pck" in str(mem.source), "source names the .pck: " + str(mem.source))
+	check(mem.weights_owned == 0 and mem.weights_aliased > bytes.size() * 0.9,
+		"one copy of the weights: the model's buffer, aliased")
+	check(m.load_file("res://packed/missing.gguf") != OK and m.get_error() != "",
+		"a missing file in the pack: error '%s'" % m.get_error())
+	check(m.load_file(in_pack) == OK, "and the model loads again after that")
+	var opts := {"temperature": 0.0, "max_tokens": 12}
+	var replies := []
+	for src: GeistModel in [model, m]:
+		var s := src.create_session(128, opts)
+		var r := [null]
+		s.finished.connect(func(t): r[0] = t)
+		s.say("Where is the nearest inn?")
+		await wait_until(func(): return r[0] != null)
+		replies.append(r[0])
+	print("  from the buffer: ", replies[0], "\n  from the .pck:   ", replies[1])
+	check(replies[0] != "" and replies[0] == replies[1], "the .pck model replies the same")
 
 
 func test_bad_models(_model: GeistModel, bytes: PackedByteArray) -> void:
