@@ -22,10 +22,16 @@ MODES = ["f32", "f16", "int8", "int4", "kivi2"]
 TOLERANCE = {"f32": 0.0, "f16": 3e-3, "int8": 0.06, "int4": 0.6, "kivi2": 1.5}
 
 
-@pytest.fixture(scope="module", params=["llama", "gemma3"])
+# "llama-hd40": head dimension 40, not a multiple of 16, so F16 caches take the AVX2 attention
+# path (session/kv.c) even on a CPU with AVX-512, where the others take the AVX-512 one
+FIXTURES = {"llama": ("llama", {}), "gemma3": ("gemma3", {}), "llama-hd40": ("llama", {"head_dim": 40, "d_model": 480})}
+
+
+@pytest.fixture(scope="module", params=list(FIXTURES))
 def fixture_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    arch, sizes = FIXTURES[request.param]
     path = testing.build_fixture(Path(tmp_path_factory.mktemp("kv")) / f"{request.param}.gguf",
-                                 arch=request.param, weight_type="Q8_0", seed=11)
+                                 arch=arch, weight_type="Q8_0", seed=11, **sizes)
     # exact float activations: KV rounding is then the only difference between modes
     engine = geist.Engine(backend="cpu_scalar", exact_activations=True)
     with geist.Model.load(path, engine=engine) as m:
@@ -59,6 +65,10 @@ def test_quantized_modes_are_smaller(fixture_model: geist.Model) -> None:
         with fixture_model.session(max_seq_len=256, kv_mode=mode) as s:
             sizes[mode] = s.memory()["kv_cache"]
     assert sizes["f32"] == 2 * sizes["f16"]
+    if fixture_model.info["head_dim_k"] % 32:
+        # a head of 40 values fills its second 32-value group (one scale each) with padding
+        assert sizes["int4"] < sizes["int8"] < sizes["f16"]
+        return
     assert sizes["int8"] < 0.56 * sizes["f16"]
     assert sizes["int4"] < 0.30 * sizes["f16"]
     if not fixture_model.info["sliding_layers"]:

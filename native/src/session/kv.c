@@ -754,6 +754,50 @@ static inline int32_t heads_of(int32_t h0, int32_t h1, int32_t g, int32_t gsize,
     return (h1 < (g + 1) * gsize ? h1 - g * gsize : gsize) - *ea;
 }
 
+/* The positions of the attention's segments in order, for the F16 paths: segment i, position p
+ * in its storage; j counts the positions from 0 (the column of the scores). */
+typedef struct pos_walk {
+    const kv_seg *segs;
+    const int32_t *lo, *hi;
+    int32_t n_seg, i, p, j;
+} pos_walk;
+
+static inline void walk_settle(pos_walk *w) { /* past a segment's end: the next non-empty one */
+    while (w->i < w->n_seg && w->p > w->hi[w->i])
+        if (++w->i < w->n_seg) w->p = w->lo[w->i];
+}
+
+static inline pos_walk walk_start(const kv_seg *segs, const int32_t *lo, const int32_t *hi,
+                                  int32_t n_seg) {
+    pos_walk w = {segs, lo, hi, n_seg, 0, n_seg > 0 ? lo[0] : 0, 0};
+    walk_settle(&w);
+    return w;
+}
+
+static inline bool walk_more(const pos_walk *w) { return w->i < w->n_seg; }
+
+static inline void walk_next(pos_walk *w) {
+    w->p++;
+    w->j++;
+    walk_settle(w);
+}
+
+/* The F16 K row (v false) or V row of the walk's position, from element off. Also fetches the
+ * same part of the row KV_AHEAD positions on (n elements): a head's 128 bytes at a stride of the
+ * whole row are more than the hardware prefetchers follow. */
+#define KV_AHEAD 6
+static inline __attribute__((always_inline)) const uint16_t *walk_row(const pos_walk *w, bool v,
+                                                                       int64_t off, int32_t n) {
+    const kv_seg *s = &w->segs[w->i];
+    const void *base = v ? s->kv->v : s->kv->k;
+    const size_t rb = v ? s->g->vrow : s->g->krow;
+    if (w->p + KV_AHEAD <= w->hi[w->i]) {
+        const char *r = (const char *)f16_at(base, s->kv, rb, w->p + KV_AHEAD, off);
+        for (int32_t b = 0; b < 2 * n; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
+    }
+    return f16_at(base, s->kv, rb, w->p, off);
+}
+
 static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, const int32_t *hi,
                                          int32_t n_seg, const gt_config *c, const float *q,
                                          int32_t n_ctx, float *out, float *scores, int32_t h0,
@@ -765,34 +809,24 @@ static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, 
         const int32_t group = heads_of(h0, h1, g, gsize, &ea);
         const float *qg = q + (int64_t)(g * gsize + ea) * hk;
         float *og = out + (int64_t)(g * gsize + ea) * hv;
-        int32_t j = 0;
-        for (int32_t i = 0; i < n_seg; i++) {
-            const gt_kv_layer *kv = segs[i].kv;
-            const size_t krow = segs[i].g->krow;
-            for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
-                const uint16_t *kr = f16_at(kv->k, kv, krow, p, (int64_t)g * hk);
-                for (int32_t e0 = 0; e0 < group; e0 += 4) {
-                    const int32_t ne = group - e0 < 4 ? group - e0 : 4;
-                    float res[4];
-                    dots_f16(qg + (int64_t)e0 * hk, hk, ne, kr, hk, res);
-                    for (int32_t e = 0; e < ne; e++) scores[(int64_t)(e0 + e) * n_ctx + j] = res[e];
-                }
+        for (pos_walk w = walk_start(segs, lo, hi, n_seg); walk_more(&w); walk_next(&w)) {
+            const uint16_t *kr = walk_row(&w, false, (int64_t)g * hk, hk);
+            for (int32_t e0 = 0; e0 < group; e0 += 4) {
+                const int32_t ne = group - e0 < 4 ? group - e0 : 4;
+                float res[4];
+                dots_f16(qg + (int64_t)e0 * hk, hk, ne, kr, hk, res);
+                for (int32_t e = 0; e < ne; e++) scores[(int64_t)(e0 + e) * n_ctx + w.j] = res[e];
             }
         }
         for (int32_t e = 0; e < group; e++) softmax_f16path(scores + (int64_t)e * n_ctx, n_ctx, c->attn_scale);
         memset(og, 0, (size_t)group * (size_t)hv * sizeof(float));
-        j = 0;
-        for (int32_t i = 0; i < n_seg; i++) {
-            const gt_kv_layer *kv = segs[i].kv;
-            const size_t vrow = segs[i].g->vrow;
-            for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
-                const uint16_t *vr = f16_at(kv->v, kv, vrow, p, (int64_t)g * hv);
-                for (int32_t e0 = 0; e0 < group; e0 += 4) {
-                    const int32_t ne = group - e0 < 4 ? group - e0 : 4;
-                    float w[4];
-                    for (int32_t e = 0; e < ne; e++) w[e] = scores[(int64_t)(e0 + e) * n_ctx + j];
-                    axpys_f16(og + (int64_t)e0 * hv, hv, ne, w, vr, hv);
-                }
+        for (pos_walk w = walk_start(segs, lo, hi, n_seg); walk_more(&w); walk_next(&w)) {
+            const uint16_t *vr = walk_row(&w, true, (int64_t)g * hv, hv);
+            for (int32_t e0 = 0; e0 < group; e0 += 4) {
+                const int32_t ne = group - e0 < 4 ? group - e0 : 4;
+                float wt[4];
+                for (int32_t e = 0; e < ne; e++) wt[e] = scores[(int64_t)(e0 + e) * n_ctx + w.j];
+                axpys_f16(og + (int64_t)e0 * hv, hv, ne, wt, vr, hv);
             }
         }
     }
@@ -807,17 +841,6 @@ static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, 
  * alone or batched, so greedy ids and logits stay equal either way. */
 #define KV512 __attribute__((target("avx2,f16c,fma,avx512f")))
 
-/* The K or V rows of one head KV_AHEAD positions on: the walk reads a head's 128 bytes at a
- * stride of the whole row, which the hardware prefetchers do not follow far enough */
-#define KV_AHEAD 6
-static inline __attribute__((always_inline)) void prefetch_ahead(const void *base, const gt_kv_layer *kv,
-                                                                  size_t row_bytes, int32_t p, int32_t hi,
-                                                                  int64_t off, int32_t n) {
-    if (p + KV_AHEAD > hi) return;
-    const char *r = (const char *)f16_at(base, kv, row_bytes, p + KV_AHEAD, off);
-    for (int32_t b = 0; b < 2 * n; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
-}
-
 static KV512 void attend_f16_512(const kv_seg *segs, const int32_t *lo, const int32_t *hi,
                                  int32_t n_seg, const gt_config *c, const float *q, int32_t n_ctx,
                                  float *out, float *scores, int32_t h0, int32_t h1) {
@@ -827,21 +850,15 @@ static KV512 void attend_f16_512(const kv_seg *segs, const int32_t *lo, const in
         const int32_t group = heads_of(h0, h1, g, gsize, &ea);
         const float *qg = q + (int64_t)(g * gsize + ea) * hk;
         float *og = out + (int64_t)(g * gsize + ea) * hv;
-        int32_t j = 0;
-        for (int32_t i = 0; i < n_seg; i++) {
-            const gt_kv_layer *kv = segs[i].kv;
-            const size_t krow = segs[i].g->krow;
-            for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
-                const uint16_t *kr = f16_at(kv->k, kv, krow, p, (int64_t)g * hk);
-                prefetch_ahead(kv->k, kv, krow, p, hi[i], (int64_t)g * hk, hk);
-                for (int32_t e = 0; e < group; e++) {
-                    const float *qe = qg + (int64_t)e * hk;
-                    __m512 acc = _mm512_setzero_ps();
-                    for (int32_t d = 0; d < hk; d += 16)
-                        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qe + d),
-                                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(kr + d))), acc);
-                    scores[(int64_t)e * n_ctx + j] = _mm512_reduce_add_ps(acc);
-                }
+        for (pos_walk w = walk_start(segs, lo, hi, n_seg); walk_more(&w); walk_next(&w)) {
+            const uint16_t *kr = walk_row(&w, false, (int64_t)g * hk, hk);
+            for (int32_t e = 0; e < group; e++) {
+                const float *qe = qg + (int64_t)e * hk;
+                __m512 acc = _mm512_setzero_ps();
+                for (int32_t d = 0; d < hk; d += 16)
+                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(qe + d),
+                                          _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(kr + d))), acc);
+                scores[(int64_t)e * n_ctx + w.j] = _mm512_reduce_add_ps(acc);
             }
         }
         for (int32_t e = 0; e < group; e++) softmax_f16path(scores + (int64_t)e * n_ctx, n_ctx, c->attn_scale);
@@ -852,26 +869,20 @@ static KV512 void attend_f16_512(const kv_seg *segs, const int32_t *lo, const in
                 __m512 acc[4][4];
                 for (int32_t e = 0; e < 4; e++)
                     for (int32_t z = 0; z < 4; z++) acc[e][z] = _mm512_setzero_ps();
-                j = 0;
-                for (int32_t i = 0; i < n_seg; i++) {
-                    const gt_kv_layer *kv = segs[i].kv;
-                    const size_t vrow = segs[i].g->vrow;
-                    for (int32_t p = lo[i]; p <= hi[i]; p++, j++) {
-                        const uint16_t *vr = f16_at(kv->v, kv, vrow, p, (int64_t)g * hv + d0);
-                        prefetch_ahead(kv->v, kv, vrow, p, hi[i], (int64_t)g * hv + d0, 16 * nz);
-                        __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                                       _mm512_setzero_ps()};
+                for (pos_walk w = walk_start(segs, lo, hi, n_seg); walk_more(&w); walk_next(&w)) {
+                    const uint16_t *vr = walk_row(&w, true, (int64_t)g * hv + d0, 16 * nz);
+                    __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                                   _mm512_setzero_ps()};
+#pragma GCC unroll 4
+                    for (int32_t z = 0; z < 4; z++)
+                        if (z < nz) v[z] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(vr + 16 * z)));
+#pragma GCC unroll 4
+                    for (int32_t e = 0; e < 4; e++) {
+                        if (e >= ne) break;
+                        const __m512 wt = _mm512_set1_ps(scores[(int64_t)(e0 + e) * n_ctx + w.j]);
 #pragma GCC unroll 4
                         for (int32_t z = 0; z < 4; z++)
-                            if (z < nz) v[z] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(vr + 16 * z)));
-#pragma GCC unroll 4
-                        for (int32_t e = 0; e < 4; e++) {
-                            if (e >= ne) break;
-                            const __m512 w = _mm512_set1_ps(scores[(int64_t)(e0 + e) * n_ctx + j]);
-#pragma GCC unroll 4
-                            for (int32_t z = 0; z < 4; z++)
-                                if (z < nz) acc[e][z] = _mm512_fmadd_ps(w, v[z], acc[e][z]);
-                        }
+                            if (z < nz) acc[e][z] = _mm512_fmadd_ps(wt, v[z], acc[e][z]);
                     }
                 }
                 for (int32_t e = 0; e < ne; e++)
