@@ -24,7 +24,11 @@ TOLERANCE = {"f32": 0.0, "f16": 3e-3, "int8": 0.06, "int4": 0.6, "kivi2": 1.5}
 
 # "llama-hd40": head dimension 40, not a multiple of 16, so F16 caches take the AVX2 attention
 # path (session/kv.c) even on a CPU with AVX-512, where the others take the AVX-512 one
-FIXTURES = {"llama": ("llama", {}), "gemma3": ("gemma3", {}), "llama-hd40": ("llama", {"head_dim": 40, "d_model": 480})}
+FIXTURES: dict[str, tuple[str, dict[str, int]]] = {
+    "llama": ("llama", {}),
+    "gemma3": ("gemma3", {}),
+    "llama-hd40": ("llama", {"head_dim": 40, "d_model": 480}),
+}
 
 
 @pytest.fixture(scope="module", params=list(FIXTURES))
