@@ -396,7 +396,11 @@ def test_options_struct_size_is_checked() -> None:
     lib.geist_sampler_free(out[0])
 
 
-def test_large_vocabulary_is_fast() -> None:
+def test_large_vocabulary_is_fast(pytestconfig: pytest.Config) -> None:
+    # 50 ms a draw over 262,144 logits (release: ~11 ms for top-p, ~3 ms otherwise, 2026-11-29);
+    # the ASan+UBSan build checks every access and runs the same draws ~5x slower (50-61 ms for
+    # top-p on this VM), so its bound is 5x too: each catches a sampler several times slower.
+    limit = 0.05 if pytestconfig.getoption("--native") == "release" else 0.25
     rng = np.random.default_rng(0)
     logits = rng.normal(0, 3, size=262144).astype(np.float32)
     for opts in ({}, {"top_k": 0, "top_p": 0.95}, {"top_k": 0, "top_p": 1.0, "min_p": 0.05}):
@@ -407,7 +411,7 @@ def test_large_vocabulary_is_fast() -> None:
             t = s.sample(logits)
         per_draw = (time.perf_counter() - start) / 10
         assert 0 <= t < 262144
-        assert per_draw < 0.05, (opts, per_draw)
+        assert per_draw < limit, (opts, per_draw)
 
 
 def test_close_is_idempotent_and_final() -> None:
