@@ -24,7 +24,7 @@
  * sessions of the same model may run on different threads at once. Calls that run the model on the
  * caller's thread (prefill, decode, eval, generate) use up to ~66 KiB of that thread's stack in
  * the cpu_x86 kernels (gcc -fstack-usage: vnni_matmul_q 7,216 + vnni_rows16 59,392 bytes with
- * AVX-512 VNNI; avx2_matmul_q 36,016 bytes on AVX2-only CPUs); the
+ * AVX-512 VNNI; avx2_matmul_q 36,176 bytes on AVX2-only CPUs); the
  * async runtime (geist_submit) runs them on its own threads.
  */
 #ifndef GEIST_H
