@@ -3,7 +3,8 @@
  * Quantized weights: the activation row is quantized once per product (act_quant.h; the same
  * int8 rows cpu_scalar makes) and each weight block is dotted with it in integers: AVX2
  * vpmaddubsw/vpmaddwd, or AVX-512 VNNI vpdpbusd/vpdpwssd (q_kernels.inc, included once per
- * variant). The block sums are exact and the float combination follows cpu_scalar's canonical
+ * variant): one row per register for a single token, several rows per register for two or more
+ * (q_rows16.inc: 16 rows with VNNI; q_rows8.inc: 8 rows with AVX2). The block sums are exact and the float combination follows cpu_scalar's canonical
  * order (cpu_scalar/quants.c), so the results are bit-identical to cpu_scalar's, for any split of
  * the rows over threads and any tiling of the tokens.
  *
