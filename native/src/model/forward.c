@@ -176,10 +176,12 @@ static void pool_matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w,
     pool_matmuls(pool, be, 1, &w, x, n, &y, &ldy, tmp, NULL, NULL);
 }
 
-/* A product whose output rows are packed (ldy = n_out), on the engine's pool. */
+/* A product whose output rows are packed (ldy = n_out), on the engine's pool, after the prologue
+ * pre (may be NULL; see pool_matmuls). */
 static void matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w, const float *x,
-                   int32_t n, float *y, float *tmp) {
-    pool_matmul(pool, be, w, x, n, y, w->n_out, tmp);
+                   int32_t n, float *y, float *tmp, gt_pool_fn pre, void *pre_ctx) {
+    const int64_t ldy = w->n_out;
+    pool_matmuls(pool, be, 1, &w, x, n, &y, &ldy, tmp, pre, pre_ctx);
 }
 
 /* A group: the contiguous rows of one session. Per layer its rows either attend as separate
@@ -479,7 +481,7 @@ static void run_layers(const geist_model *m, const gt_batch_row *rows, int32_t n
         layer_step(pool, &j, STEP_QK, n);
         if (n_split > 0) layer_step(pool, &j, STEP_ATTEND, (int64_t)n * j.n_slices);
         if (n_direct < n_groups) layer_step(pool, &j, STEP_GROUP, n_groups);
-        matmul(pool, be, &L->wo, sc->att, n, sc->o, sc->tmp);
+        matmul(pool, be, &L->wo, sc->att, n, sc->o, sc->tmp, NULL, NULL);
         { /* prologue: STEP_POST_ATTN */
             const gt_weight *ws[2] = {&L->w_gate, &L->w_up};
             float *ys[2] = {sc->gate, sc->up};
@@ -488,9 +490,7 @@ static void run_layers(const geist_model *m, const gt_batch_row *rows, int32_t n
             pool_matmuls(pool, be, 2, ws, sc->xn, n, ys, ld, sc->tmp, layer_task, &j);
         }
         j.step = STEP_ACT;
-        pool_matmuls(pool, be, 1, (const gt_weight *const[]){&L->w_down}, sc->gate, n,
-                     (float *const[]){sc->o}, (const int64_t[]){L->w_down.n_out}, sc->tmp,
-                     layer_task, &j);
+        matmul(pool, be, &L->w_down, sc->gate, n, sc->o, sc->tmp, layer_task, &j);
         /* the residual of the FFN output: the next layer's STEP_ATTN_NORM, or below */
     }
     const gt_layer *last = &m->layers[c->n_layer - 1];

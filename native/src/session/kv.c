@@ -673,9 +673,6 @@ static KV_FMA void softmax_f16path(float *scores, int32_t n, float scale) {
         scores[u] *= scale;
         m = scores[u] > m ? scores[u] : m;
     }
-    float tail[8] = {0};
-    const int32_t nt = n - t;
-    for (int32_t u = 0; u < nt; u++) tail[u] = scores[t + u];
     const __m256 mv = _mm256_set1_ps(m);
     __m256 sum = _mm256_setzero_ps();
     for (int32_t u = 0; u < t; u += 8) {
@@ -683,11 +680,13 @@ static KV_FMA void softmax_f16path(float *scores, int32_t n, float scale) {
         _mm256_storeu_ps(scores + u, e);
         sum = _mm256_add_ps(sum, e);
     }
-    if (nt > 0) { /* the tail through the same e^x; its padding left out of the sum */
-        _mm256_storeu_ps(tail, gt_vexp8(_mm256_sub_ps(_mm256_loadu_ps(tail), mv)));
-        for (int32_t u = nt; u < 8; u++) tail[u] = 0.0f;
-        sum = _mm256_add_ps(sum, _mm256_loadu_ps(tail));
-        for (int32_t u = 0; u < nt; u++) scores[t + u] = tail[u];
+    if (t < n) { /* the tail through the same e^x; the lanes past it masked out of the sum */
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - t),
+                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256 e = _mm256_and_ps(gt_vexp8(_mm256_sub_ps(_mm256_maskload_ps(scores + t, mask), mv)),
+                                       _mm256_castsi256_ps(mask));
+        _mm256_maskstore_ps(scores + t, mask, e);
+        sum = _mm256_add_ps(sum, e);
     }
     _mm256_storeu_ps(l, sum);
     const float invs = 1.0f / (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])));
@@ -798,103 +797,119 @@ static inline __attribute__((always_inline)) const uint16_t *walk_row(const pos_
     return f16_at(base, s->kv, rb, w->p, off);
 }
 
-static KV_TARGET void attend_f16_grouped(const kv_seg *segs, const int32_t *lo, const int32_t *hi,
-                                         int32_t n_seg, const gt_config *c, const float *q,
-                                         int32_t n_ctx, float *out, float *scores, int32_t h0,
-                                         int32_t h1) {
-    const int32_t hk = c->head_dim_k, hv = c->head_dim_v, gsize = c->n_head / c->n_head_kv;
-    for (int32_t g = h0 / gsize; g * gsize < h1; g++) {
-        /* the query heads [h0, h1) of KV head g */
-        int32_t ea;
-        const int32_t group = heads_of(h0, h1, g, gsize, &ea);
-        const float *qg = q + (int64_t)(g * gsize + ea) * hk;
-        float *og = out + (int64_t)(g * gsize + ea) * hv;
-        for (pos_walk w = walk_start(segs, lo, hi, n_seg); walk_more(&w); walk_next(&w)) {
-            const uint16_t *kr = walk_row(&w, false, (int64_t)g * hk, hk);
-            for (int32_t e0 = 0; e0 < group; e0 += 4) {
-                const int32_t ne = group - e0 < 4 ? group - e0 : 4;
-                float res[4];
-                dots_f16(qg + (int64_t)e0 * hk, hk, ne, kr, hk, res);
-                for (int32_t e = 0; e < ne; e++) scores[(int64_t)(e0 + e) * n_ctx + w.j] = res[e];
-            }
-        }
-        for (int32_t e = 0; e < group; e++) softmax_f16path(scores + (int64_t)e * n_ctx, n_ctx, c->attn_scale);
-        memset(og, 0, (size_t)group * (size_t)hv * sizeof(float));
-        for (pos_walk w = walk_start(segs, lo, hi, n_seg); walk_more(&w); walk_next(&w)) {
-            const uint16_t *vr = walk_row(&w, true, (int64_t)g * hv, hv);
-            for (int32_t e0 = 0; e0 < group; e0 += 4) {
-                const int32_t ne = group - e0 < 4 ? group - e0 : 4;
-                float wt[4];
-                for (int32_t e = 0; e < ne; e++) wt[e] = scores[(int64_t)(e0 + e) * n_ctx + w.j];
-                axpys_f16(og + (int64_t)e0 * hv, hv, ne, wt, vr, hv);
-            }
+/* One KV head's part of the F16 attention: the `group` query heads of the task that KV head g
+ * serves (the first one's q at qg, its output at og) and their scores (group rows of n_ctx). */
+typedef struct f16_head {
+    const kv_seg *segs;
+    const int32_t *lo, *hi;
+    int32_t n_seg, g, group, hk, hv, n_ctx;
+    const float *qg; /* the first query head's q */
+    float *og;       /* its output */
+    float *scores;
+} f16_head;
+
+static inline pos_walk head_walk(const f16_head *h) {
+    return walk_start(h->segs, h->lo, h->hi, h->n_seg);
+}
+
+static KV_TARGET void scores_avx2(const f16_head *h) {
+    for (pos_walk w = head_walk(h); walk_more(&w); walk_next(&w)) {
+        const uint16_t *kr = walk_row(&w, false, (int64_t)h->g * h->hk, h->hk);
+        for (int32_t e0 = 0; e0 < h->group; e0 += 4) {
+            const int32_t ne = h->group - e0 < 4 ? h->group - e0 : 4;
+            float res[4];
+            dots_f16(h->qg + (int64_t)e0 * h->hk, h->hk, ne, kr, h->hk, res);
+            for (int32_t e = 0; e < ne; e++) h->scores[(int64_t)(e0 + e) * h->n_ctx + w.j] = res[e];
         }
     }
 }
-#endif
 
-#ifdef KV_HAVE_X86
+static KV_TARGET void values_avx2(const f16_head *h) {
+    memset(h->og, 0, (size_t)h->group * (size_t)h->hv * sizeof(float));
+    for (pos_walk w = head_walk(h); walk_more(&w); walk_next(&w)) {
+        const uint16_t *vr = walk_row(&w, true, (int64_t)h->g * h->hv, h->hv);
+        for (int32_t e0 = 0; e0 < h->group; e0 += 4) {
+            const int32_t ne = h->group - e0 < 4 ? h->group - e0 : 4;
+            float wt[4];
+            for (int32_t e = 0; e < ne; e++) wt[e] = h->scores[(int64_t)(e0 + e) * h->n_ctx + w.j];
+            axpys_f16(h->og + (int64_t)e0 * h->hv, h->hv, ne, wt, vr, h->hv);
+        }
+    }
+}
+
 /* F16 caches with AVX-512 (head dims multiples of 16): scores by one fused-multiply-add chain per
  * (position, head) and one lane reduction; the weighted sum of V rows kept in registers across all
  * positions (up to 4 query heads x 64 dims at a time), not read and written back per position.
- * Its own arithmetic, not the AVX2 path's: every session's attention runs through this function
+ * Its own arithmetic, not the AVX2 path's: every session's attention runs through the same kernels
  * alone or batched, so greedy ids and logits stay equal either way. */
 #define KV512 __attribute__((target("avx2,f16c,fma,avx512f")))
 
-static KV512 void attend_f16_512(const kv_seg *segs, const int32_t *lo, const int32_t *hi,
-                                 int32_t n_seg, const gt_config *c, const float *q, int32_t n_ctx,
-                                 float *out, float *scores, int32_t h0, int32_t h1) {
-    const int32_t hk = c->head_dim_k, hv = c->head_dim_v, gsize = c->n_head / c->n_head_kv;
-    for (int32_t g = h0 / gsize; g * gsize < h1; g++) {
-        int32_t ea;
-        const int32_t group = heads_of(h0, h1, g, gsize, &ea);
-        const float *qg = q + (int64_t)(g * gsize + ea) * hk;
-        float *og = out + (int64_t)(g * gsize + ea) * hv;
-        for (pos_walk w = walk_start(segs, lo, hi, n_seg); walk_more(&w); walk_next(&w)) {
-            const uint16_t *kr = walk_row(&w, false, (int64_t)g * hk, hk);
-            for (int32_t e = 0; e < group; e++) {
-                const float *qe = qg + (int64_t)e * hk;
-                __m512 acc = _mm512_setzero_ps();
-                for (int32_t d = 0; d < hk; d += 16)
-                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(qe + d),
-                                          _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(kr + d))), acc);
-                scores[(int64_t)e * n_ctx + w.j] = _mm512_reduce_add_ps(acc);
-            }
-        }
-        for (int32_t e = 0; e < group; e++) softmax_f16path(scores + (int64_t)e * n_ctx, n_ctx, c->attn_scale);
-        for (int32_t e0 = 0; e0 < group; e0 += 4) {
-            const int32_t ne = group - e0 < 4 ? group - e0 : 4;
-            for (int32_t d0 = 0; d0 < hv; d0 += 64) {
-                const int32_t nz = (hv - d0) / 16 < 4 ? (hv - d0) / 16 : 4;
-                __m512 acc[4][4];
-                for (int32_t e = 0; e < 4; e++)
-                    for (int32_t z = 0; z < 4; z++) acc[e][z] = _mm512_setzero_ps();
-                for (pos_walk w = walk_start(segs, lo, hi, n_seg); walk_more(&w); walk_next(&w)) {
-                    const uint16_t *vr = walk_row(&w, true, (int64_t)g * hv + d0, 16 * nz);
-                    __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                                   _mm512_setzero_ps()};
-#pragma GCC unroll 4
-                    for (int32_t z = 0; z < 4; z++)
-                        if (z < nz) v[z] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(vr + 16 * z)));
-#pragma GCC unroll 4
-                    for (int32_t e = 0; e < 4; e++) {
-                        if (e >= ne) break;
-                        const __m512 wt = _mm512_set1_ps(scores[(int64_t)(e0 + e) * n_ctx + w.j]);
-#pragma GCC unroll 4
-                        for (int32_t z = 0; z < 4; z++)
-                            if (z < nz) acc[e][z] = _mm512_fmadd_ps(wt, v[z], acc[e][z]);
-                    }
-                }
-                for (int32_t e = 0; e < ne; e++)
-                    for (int32_t z = 0; z < nz; z++)
-                        _mm512_storeu_ps(og + (int64_t)(e0 + e) * hv + d0 + 16 * z, acc[e][z]);
-            }
+static KV512 void scores_512(const f16_head *h) {
+    for (pos_walk w = head_walk(h); walk_more(&w); walk_next(&w)) {
+        const uint16_t *kr = walk_row(&w, false, (int64_t)h->g * h->hk, h->hk);
+        for (int32_t e = 0; e < h->group; e++) {
+            const float *qe = h->qg + (int64_t)e * h->hk;
+            __m512 acc = _mm512_setzero_ps();
+            for (int32_t d = 0; d < h->hk; d += 16)
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(qe + d),
+                                      _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(kr + d))), acc);
+            h->scores[(int64_t)e * h->n_ctx + w.j] = _mm512_reduce_add_ps(acc);
         }
     }
 }
 
-static bool has_avx512(void) {
-    return has_simd() && __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx512f");
+static KV512 void values_512(const f16_head *h) {
+    const int32_t hv = h->hv;
+    for (int32_t e0 = 0; e0 < h->group; e0 += 4) {
+        const int32_t ne = h->group - e0 < 4 ? h->group - e0 : 4;
+        for (int32_t d0 = 0; d0 < hv; d0 += 64) {
+            const int32_t nz = (hv - d0) / 16 < 4 ? (hv - d0) / 16 : 4;
+            __m512 acc[4][4];
+            for (int32_t e = 0; e < 4; e++)
+                for (int32_t z = 0; z < 4; z++) acc[e][z] = _mm512_setzero_ps();
+            for (pos_walk w = head_walk(h); walk_more(&w); walk_next(&w)) {
+                const uint16_t *vr = walk_row(&w, true, (int64_t)h->g * hv + d0, 16 * nz);
+                __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                               _mm512_setzero_ps()};
+#pragma GCC unroll 4
+                for (int32_t z = 0; z < 4; z++)
+                    if (z < nz) v[z] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(vr + 16 * z)));
+#pragma GCC unroll 4
+                for (int32_t e = 0; e < 4; e++) {
+                    if (e >= ne) break;
+                    const __m512 wt = _mm512_set1_ps(h->scores[(int64_t)(e0 + e) * h->n_ctx + w.j]);
+#pragma GCC unroll 4
+                    for (int32_t z = 0; z < 4; z++)
+                        if (z < nz) acc[e][z] = _mm512_fmadd_ps(wt, v[z], acc[e][z]);
+                }
+            }
+            for (int32_t e = 0; e < ne; e++)
+                for (int32_t z = 0; z < nz; z++)
+                    _mm512_storeu_ps(h->og + (int64_t)(e0 + e) * hv + d0 + 16 * z, acc[e][z]);
+        }
+    }
+}
+
+static bool has_avx512(void) { return has_simd() && __builtin_cpu_supports("avx512f"); }
+
+/* Query heads [h0, h1) over F16 caches, per KV head: the scores of its query heads, their
+ * softmax, the weighted V sums; with the AVX-512 kernels when wide. */
+static void attend_f16(const kv_seg *segs, const int32_t *lo, const int32_t *hi, int32_t n_seg,
+                       const gt_config *c, const float *q, int32_t n_ctx, float *out,
+                       float *scores, int32_t h0, int32_t h1, bool wide) {
+    const int32_t hk = c->head_dim_k, hv = c->head_dim_v, gsize = c->n_head / c->n_head_kv;
+    for (int32_t g = h0 / gsize; g * gsize < h1; g++) {
+        int32_t ea;
+        const int32_t group = heads_of(h0, h1, g, gsize, &ea);
+        const f16_head h = {segs, lo, hi, n_seg, g, group, hk, hv, n_ctx,
+                            q + (int64_t)(g * gsize + ea) * hk, out + (int64_t)(g * gsize + ea) * hv,
+                            scores};
+        if (wide) scores_512(&h);
+        else scores_avx2(&h);
+        for (int32_t e = 0; e < group; e++) softmax_f16path(scores + (int64_t)e * n_ctx, n_ctx, c->attn_scale);
+        if (wide) values_512(&h);
+        else values_avx2(&h);
+    }
 }
 #endif
 
@@ -940,12 +955,9 @@ void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t
 #ifdef KV_HAVE_X86
     bool all_f16 = has_simd();
     for (int32_t i = 0; i < n_seg; i++) all_f16 = all_f16 && segs[i].g->mode == GEIST_KV_F16;
-    if (all_f16 && has_avx512() && hk % 16 == 0 && hv % 16 == 0) {
-        attend_f16_512(segs, lo, hi, n_seg, c, q, n_ctx, out, sc->scores, h0, h1);
-        return;
-    }
     if (all_f16) {
-        attend_f16_grouped(segs, lo, hi, n_seg, c, q, n_ctx, out, sc->scores, h0, h1);
+        attend_f16(segs, lo, hi, n_seg, c, q, n_ctx, out, sc->scores, h0, h1,
+                   has_avx512() && hk % 16 == 0 && hv % 16 == 0);
         return;
     }
 #endif
