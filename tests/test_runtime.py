@@ -100,8 +100,11 @@ def test_capacity_and_errors(model: geist.Model) -> None:
 
 def test_cancel_within_one_step_and_session_consistent(model: geist.Model) -> None:
     eng = model._engine
-    # a slow runtime (1 ms of work per 60 ms) so one step is long next to the event latency
-    eng.configure_runtime(RuntimeOptions(budget_ms=1.0, period_ms=60.0))
+    # a slow runtime, so one step is long next to the event latency: the budget (0.01 ms per 2 ms)
+    # is smaller than any step, so each step overdraws it and the runtime then pauses ~200x the
+    # step's length; tokens come one at a time. (1 ms per 60 ms let fixture steps of ~0.2 ms run
+    # in bursts of five, and the cancel after the third token seen came after the fifth made.)
+    eng.configure_runtime(RuntimeOptions(budget_ms=0.01, period_ms=2.0))
     try:
         with model.session(max_seq_len=128) as s:
             h = s.submit(prompts(model, 1)[0], max_tokens=100, temperature=0.9, seed=3)
