@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "runtime/pool.h"
+#include "util/pool.h"
 
 static double now(void) {
     struct timespec t;

@@ -10,10 +10,11 @@
 #include <unistd.h>
 
 #include "../model/model.h"
-#include "../runtime/pool.h"
+#include "../util/pool.h"
 #include "../runtime/runtime.h"
 #include "../tokenizer/tokenizer.h"
 #include "../util/ggml_types.h"
+#include "../util/hash.h"
 
 #define GEIST_VERSION_STRING "0.1.0"
 

@@ -1,7 +1,7 @@
 /* The backend interface: every compute kernel the forward pass needs, behind one vtable, so that
  * cpu_x86, cpu_neon, vulkan and metal plug in beside cpu_scalar (the reference). Ops marked
  * optional may be NULL; the rest are required. Elementwise steps (norms, rotary, activations:
- * model/forward.c, util/vmath.c) and attention (session/kv.c) are not backend ops: they depend on
+ * session/forward.c, util/vmath.c) and attention (session/kv.c) are not backend ops: they depend on
  * the CPU only, so all CPU backends compute them alike. */
 #ifndef GEIST_BACKEND_H
 #define GEIST_BACKEND_H

@@ -77,7 +77,7 @@ struct geist_engine {
     atomic_int refs; /* 1 for the caller's handle + 1 per model, as geist_model.refs */
     const gt_backend *backend;
     int32_t n_threads;
-    struct gt_pool *pool; /* n_threads - 1 workers for the matmuls (runtime/pool.h) */
+    struct gt_pool *pool; /* n_threads - 1 workers for the matmuls (util/pool.h) */
     struct gt_runtime *runtime; /* async requests (runtime/runtime.h) */
 };
 
@@ -92,11 +92,6 @@ const struct gt_tokenizer *gt_model_tokenizer(const geist_model *m);
 /* Records err as the model's last error (thread-safe) and as this thread's last error; returns
  * err->status. */
 geist_status gt_model_record_error(const geist_model *m, const gt_err *err);
-
-/* FNV-1a style 64-bit hash over 8-byte words (session/snapshot.c): the model identity of
- * snapshots (over the header, metadata and tensor table) and the images' checksum. */
-uint64_t gt_hash64(uint64_t h, const void *data, size_t n);
-#define GT_HASH64_INIT 0xcbf29ce484222325ull
 
 /* Reads the architecture config and binds the weights (arch.c). */
 geist_status gt_arch_load(geist_model *m, gt_err *err);

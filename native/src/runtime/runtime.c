@@ -14,10 +14,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "../model/forward.h"
+#include "../session/forward.h"
 #include "../sample/sampler.h"
 #include "../session/session.h"
-#include "pool.h"
+#include "../util/pool.h"
 
 enum { R_NEW, R_PREFILL, R_SAMPLE, R_DECODE };
 

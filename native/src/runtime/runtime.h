@@ -1,5 +1,5 @@
 /* The asynchronous runtime of an engine: request queue, one scheduler thread that runs batched
- * steps across sessions (model/forward.h) on the engine's worker pool, and the event queue that
+ * steps across sessions (session/forward.h) on the engine's worker pool, and the event queue that
  * geist_poll() drains. See geist.h "Runtime" for the contract. */
 #ifndef GEIST_RUNTIME_H
 #define GEIST_RUNTIME_H

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kv.h"
+#include "../util/hash.h"
 
 void gt_prefix_retain(struct geist_prefix *p) { atomic_fetch_add(&p->refs, 1); }
 

@@ -18,23 +18,11 @@
 
 #include "kv.h"
 #include "prefix.h"
+#include "../util/hash.h"
 
 #define SNAP_MAGIC "GEISTSES"
 #define SNAP_VERSION 1u
 #define G GT_KIVI_GROUP
-
-uint64_t gt_hash64(uint64_t h, const void *data, size_t n) {
-    const uint8_t *p = data;
-    const uint64_t prime = 0x100000001b3ull;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * prime;
-    }
-    for (; i < n; i++) h = (h ^ p[i]) * prime;
-    return h;
-}
 
 typedef struct snap_header {
     char magic[8];

@@ -8,7 +8,7 @@
  * for tasks others took (`done` counts finished tasks, each thread adding its count once it finds
  * none left). A generation counter tells sleeping
  * workers a new job is there. */
-#include "runtime/pool.h"
+#include "pool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

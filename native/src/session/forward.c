@@ -10,9 +10,9 @@
 #include "forward.h"
 
 #include "../backend/act_quant.h"
-#include "../session/kv.h"
-#include "../session/session.h"
-#include "../runtime/pool.h"
+#include "kv.h"
+#include "session.h"
+#include "../util/pool.h"
 #include "../util/util.h"
 #include "../util/vmath.h"
 

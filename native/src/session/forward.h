@@ -4,7 +4,7 @@
 #ifndef GEIST_FORWARD_H
 #define GEIST_FORWARD_H
 
-#include "../session/session.h"
+#include "session.h"
 
 typedef struct gt_batch_row {
     geist_session *s;
