@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../model/model.h"
+#include "../tokenizer/detok.h"
 #include "../tokenizer/tokenizer.h"
 
 static geist_status text_fail(const geist_model *m, geist_status st, const char *fmt, ...)
@@ -56,21 +57,19 @@ geist_status geist_tokenize(const geist_model *model, const char *text, size_t l
     if (flags & ~(uint32_t)(GEIST_TOKENIZE_ADD_SPECIAL | GEIST_TOKENIZE_PARSE_SPECIAL))
         return text_fail(model, GEIST_ERR_INVALID_ARGUMENT, "tokenize: unknown flags 0x%x",
                          flags);
-    gt_ids out = {NULL, 0, 0};
+    int32_t *v = NULL;
+    size_t n = 0;
     gt_err err;
-    st = gt_tokenizer_encode(t, text, len, flags, &out, &err);
-    if (st) {
-        gt_ids_free(&out);
+    if ((st = gt_tokenize_alloc(model, text, len, flags, &v, &n, &err)))
         return gt_model_record_error(model, &err);
-    }
-    *n_ids = out.n;
-    if (out.n > cap) {
-        gt_ids_free(&out);
+    *n_ids = n;
+    if (n > cap) {
+        free(v);
         return text_fail(model, GEIST_ERR_BUFFER_TOO_SMALL,
                          "tokenize: %zu ids do not fit in a buffer of %zu", *n_ids, cap);
     }
-    if (out.n) memcpy(ids, out.v, out.n * sizeof(int32_t));
-    gt_ids_free(&out);
+    if (n) memcpy(ids, v, n * sizeof(int32_t));
+    free(v);
     return GEIST_OK;
 }
 
@@ -128,22 +127,8 @@ geist_status geist_detokenize(const geist_model *model, const int32_t *ids, size
 }
 
 /* ------------------------------------------------------------------------------------------- */
-/* Streaming detokenizer: the bytes of each piece go through a UTF-8 decoder that emits complete
- * characters, holds an incomplete tail (at most 3 bytes) for the next push, and replaces each
- * maximal invalid subsequence with U+FFFD (the WHATWG / Unicode "best practice" rule, which is
- * what Python's bytes.decode(errors="replace") does). So the pieces are always valid UTF-8, and
- * for a valid sequence they concatenate (with flush) to geist_detokenize()'s bytes. */
-
-struct geist_detokenizer {
-    const geist_model *model;
-    const gt_tokenizer *tok;
-    uint32_t flags;
-    bool first;       /* next push is the sequence's first token (leading-space rule) */
-    uint8_t held[4];  /* bytes of an incomplete character */
-    size_t n_held;
-    uint8_t *scratch; /* held bytes + one piece */
-    size_t scratch_cap;
-};
+/* Streaming detokenizer (tokenizer/detok.h). A geist_detokenizer is a gt_detok: the handle is
+ * only ever converted back, never dereferenced as a geist_detokenizer. */
 
 geist_status geist_detokenizer_create(const geist_model *model, uint32_t flags,
                                       geist_detokenizer **out) {
@@ -152,134 +137,37 @@ geist_status geist_detokenizer_create(const geist_model *model, uint32_t flags,
     if (st) return st;
     if (!out)
         return text_fail(model, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_create: out is NULL");
-    if (flags & ~(uint32_t)GEIST_DETOKENIZE_RENDER_SPECIAL)
-        return text_fail(model, GEIST_ERR_INVALID_ARGUMENT,
-                         "detokenizer_create: unknown flags 0x%x", flags);
-    geist_detokenizer *d = calloc(1, sizeof *d);
-    size_t cap = gt_tokenizer_max_piece(t) + 4;
-    uint8_t *scratch = malloc(cap);
-    if (!d || !scratch) {
-        free(d);
-        free(scratch);
-        return text_fail(model, GEIST_ERR_OUT_OF_MEMORY, "out of memory (detokenizer)");
-    }
-    d->model = model;
-    d->tok = t;
-    d->flags = flags;
-    d->first = true;
-    d->scratch = scratch;
-    d->scratch_cap = cap;
-    *out = d;
+    gt_detok *d = NULL;
+    gt_err err;
+    if ((st = gt_detok_create(model, flags, &d, &err))) return gt_model_record_error(model, &err);
+    *out = (geist_detokenizer *)d;
     return GEIST_OK;
 }
 
-void geist_detokenizer_free(geist_detokenizer *d) {
-    if (!d) return;
-    free(d->scratch);
-    free(d);
-}
+void geist_detokenizer_free(geist_detokenizer *d) { gt_detok_free((gt_detok *)d); }
 
-static const uint8_t k_replacement[3] = {0xEF, 0xBF, 0xBD};
-
-static void emit(uint8_t *dst, size_t cap, size_t *n, const uint8_t *p, size_t k) {
-    for (size_t i = 0; i < k; i++) {
-        if (*n < cap) dst[*n] = p[i];
-        (*n)++;
-    }
-}
-
-/* Decodes in[0..n): writes complete characters / U+FFFD to dst (counting past cap), and returns
- * in *tail the start of an incomplete final sequence (n if none). */
-static size_t utf8_stream(const uint8_t *in, size_t n, uint8_t *dst, size_t cap, size_t *tail) {
-    size_t out = 0, i = 0, seq = 0, need = 0, seen = 0;
-    uint8_t lower = 0x80, upper = 0xBF;
-    while (i < n) {
-        uint8_t b = in[i];
-        if (need == 0) {
-            if (b < 0x80) {
-                emit(dst, cap, &out, &b, 1);
-            } else if (b >= 0xC2 && b <= 0xDF) {
-                need = 1;
-            } else if (b >= 0xE0 && b <= 0xEF) {
-                need = 2;
-                if (b == 0xE0) lower = 0xA0;
-                if (b == 0xED) upper = 0x9F;
-            } else if (b >= 0xF0 && b <= 0xF4) {
-                need = 3;
-                if (b == 0xF0) lower = 0x90;
-                if (b == 0xF4) upper = 0x8F;
-            } else {
-                emit(dst, cap, &out, k_replacement, 3);
-            }
-            if (need) {
-                seq = i;
-                seen = 0;
-            }
-            i++;
-            continue;
-        }
-        if (b < lower || b > upper) {
-            /* the sequence so far is one maximal invalid subpart; b starts afresh */
-            emit(dst, cap, &out, k_replacement, 3);
-            need = 0;
-            lower = 0x80;
-            upper = 0xBF;
-            continue;
-        }
-        lower = 0x80;
-        upper = 0xBF;
-        i++;
-        if (++seen == need) {
-            emit(dst, cap, &out, in + seq, i - seq);
-            need = 0;
-        }
-    }
-    *tail = need ? seq : n;
-    return out;
-}
-
-geist_status geist_detokenizer_push(geist_detokenizer *d, int32_t id, char *buf, size_t cap,
+geist_status geist_detokenizer_push(geist_detokenizer *dh, int32_t id, char *buf, size_t cap,
                                     size_t *len) {
+    gt_detok *d = (gt_detok *)dh;
     if (!d) return text_fail(NULL, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_push: d is NULL");
-    if (!len)
-        return text_fail(d->model, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_push: len is NULL");
+    const geist_model *m = gt_detok_model(d);
+    if (!len) return text_fail(m, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_push: len is NULL");
     if (!buf && cap > 0)
-        return text_fail(d->model, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_push: buf is NULL");
-    geist_status st = check_id(d->model, d->tok, id, "detokenizer_push");
-    if (st) return st;
-    bool special = d->flags & GEIST_DETOKENIZE_RENDER_SPECIAL;
-    bool strip = d->first && gt_tokenizer_strips_leading_space(d->tok);
-    memcpy(d->scratch, d->held, d->n_held);
-    size_t n = d->n_held + gt_tokenizer_piece(d->tok, id, special, strip, d->scratch + d->n_held,
-                                              d->scratch_cap - d->n_held);
-    size_t tail;
-    size_t out = utf8_stream(d->scratch, n, NULL, 0, &tail);
-    *len = out;
-    if (out > cap)
-        return text_fail(d->model, GEIST_ERR_BUFFER_TOO_SMALL,
-                         "detokenizer_push: %zu bytes do not fit in a buffer of %zu", out, cap);
-    utf8_stream(d->scratch, n, (uint8_t *)buf, cap, &tail);
-    d->n_held = n - tail;
-    memcpy(d->held, d->scratch + tail, d->n_held);
-    d->first = false;
+        return text_fail(m, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_push: buf is NULL");
+    gt_err err;
+    if (gt_detok_push(d, id, buf, cap, len, &err)) return gt_model_record_error(m, &err);
     return GEIST_OK;
 }
 
-geist_status geist_detokenizer_flush(geist_detokenizer *d, char *buf, size_t cap, size_t *len) {
+geist_status geist_detokenizer_flush(geist_detokenizer *dh, char *buf, size_t cap, size_t *len) {
+    gt_detok *d = (gt_detok *)dh;
     if (!d) return text_fail(NULL, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_flush: d is NULL");
-    if (!len)
-        return text_fail(d->model, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_flush: len is NULL");
+    const geist_model *m = gt_detok_model(d);
+    if (!len) return text_fail(m, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_flush: len is NULL");
     if (!buf && cap > 0)
-        return text_fail(d->model, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_flush: buf is NULL");
-    /* held bytes are one incomplete (so far valid) sequence: one U+FFFD */
-    size_t out = d->n_held ? sizeof k_replacement : 0;
-    *len = out;
-    if (out > cap)
-        return text_fail(d->model, GEIST_ERR_BUFFER_TOO_SMALL,
-                         "detokenizer_flush: %zu bytes do not fit in a buffer of %zu", out, cap);
-    if (out) memcpy(buf, k_replacement, out);
-    d->n_held = 0;
-    d->first = true;
+        return text_fail(m, GEIST_ERR_INVALID_ARGUMENT, "detokenizer_flush: buf is NULL");
+    gt_err err;
+    if (gt_detok_flush(d, buf, cap, len, &err)) return gt_model_record_error(m, &err);
     return GEIST_OK;
 }
 
@@ -303,7 +191,5 @@ geist_status geist_model_special_tokens(const geist_model *model, geist_special_
 }
 
 int32_t geist_token_is_end(const geist_model *model, int32_t id) {
-    if (!model) return 0;
-    const gt_tokenizer *t = gt_model_tokenizer(model);
-    return gt_tokenizer_is_eog(t, id) ? 1 : 0;
+    return gt_token_is_end(model, id) ? 1 : 0;
 }

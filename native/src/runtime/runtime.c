@@ -15,8 +15,11 @@
 #include <time.h>
 
 #include "../session/forward.h"
+#include "../chat/chat.h"
 #include "../sample/sampler.h"
 #include "../session/session.h"
+#include "../tokenizer/detok.h"
+#include "../tokenizer/tokenizer.h"
 #include "../util/pool.h"
 
 enum { R_NEW, R_PREFILL, R_SAMPLE, R_DECODE };
@@ -49,7 +52,7 @@ typedef struct gt_req {
     gt_err sample_err;
     int32_t finish_after;   /* reason to finish with once `pending` ran, or -1 */
     geist_sampler *sampler;
-    geist_detokenizer *detok;
+    gt_detok *detok;
     char *out; /* the reply so far */
     size_t out_len, out_cap, emitted;
     int32_t n_gen;
@@ -111,7 +114,7 @@ static void req_free(gt_req *r) {
     free(r->stop);
     free(r->prompt);
     gt_sampler_free(r->sampler);
-    geist_detokenizer_free(r->detok);
+    gt_detok_free(r->detok);
     free(r->out);
     free(r);
 }
@@ -253,7 +256,8 @@ static void flush_tail(gt_req *r) {
     if (!r->detok || r->finish_after == GEIST_FINISH_STOP) return;
     char buf[64];
     size_t len = 0;
-    if (geist_detokenizer_flush(r->detok, buf, sizeof buf, &len) == GEIST_OK && len)
+    gt_err err;
+    if (gt_detok_flush(r->detok, buf, sizeof buf, &len, &err) == GEIST_OK && len)
         out_append(r, buf, len);
 }
 
@@ -536,42 +540,24 @@ static geist_status prepare(gt_req *r, gt_err *err) {
             msgs[i].role = r->msg[2 * i];
             msgs[i].content = r->msg[2 * i + 1];
         }
-        size_t needed = 0;
-        st = geist_chat_apply_template(m, NULL, msgs, r->n_messages, 1, NULL, 0, &needed);
-        if (st == GEIST_ERR_BUFFER_TOO_SMALL) {
-            rendered = malloc(needed);
-            st = rendered ? geist_chat_apply_template(m, NULL, msgs, r->n_messages, 1, rendered,
-                                                      needed, &needed)
-                          : GEIST_ERR_OUT_OF_MEMORY;
-        }
+        size_t rlen = 0;
+        gt_err terr = {0};
+        st = gt_chat_render(m, NULL, msgs, r->n_messages, true, &rendered, &rlen, &terr);
         free(msgs);
         if (st != GEIST_OK) {
-            char msg[GT_ERR_CAP];
-            geist_last_error(msg, sizeof msg);
             free(rendered);
-            return gt_fail(err, st, "chat template: %s", msg);
+            return gt_fail(err, st, "chat template: %s", terr.msg);
         }
         text = rendered;
         flags |= GEIST_TOKENIZE_PARSE_SPECIAL; /* the template's own control tokens */
     }
     if (text) {
         const size_t len = strlen(text);
-        size_t n = 0, cap = len + 8; /* tokens never outnumber bytes + specials in practice */
-        r->prompt = gt_malloc_array(cap, sizeof(int32_t));
-        st = r->prompt ? geist_tokenize(m, text, len, flags, r->prompt, cap, &n)
-                       : GEIST_ERR_OUT_OF_MEMORY;
-        if (st == GEIST_ERR_BUFFER_TOO_SMALL) {
-            free(r->prompt);
-            r->prompt = gt_malloc_array(n, sizeof(int32_t));
-            st = r->prompt ? geist_tokenize(m, text, len, flags, r->prompt, n, &n)
-                           : GEIST_ERR_OUT_OF_MEMORY;
-        }
+        size_t n = 0;
+        gt_err terr = {0};
+        st = gt_tokenize_alloc(m, text, len, flags, &r->prompt, &n, &terr);
         free(rendered);
-        if (st != GEIST_OK) {
-            char msg[GT_ERR_CAP];
-            geist_last_error(msg, sizeof msg);
-            return gt_fail(err, st, "tokenize: %s", msg);
-        }
+        if (st != GEIST_OK) return gt_fail(err, st, "tokenize: %s", terr.msg);
         if (n > (size_t)INT32_MAX) return gt_fail(err, GEIST_ERR_CAPACITY, "prompt too long");
         r->n_prompt = (int32_t)n;
     } else {
@@ -602,7 +588,7 @@ static geist_status prepare(gt_req *r, gt_err *err) {
         for (int32_t i = r->n_prompt - from_prompt; i < r->n_prompt; i++)
             gt_sampler_accept(r->sampler, r->prompt[i]);
     }
-    if (geist_detokenizer_create(m, 0, &r->detok) != GEIST_OK)
+    if (gt_detok_create(m, 0, &r->detok, err) != GEIST_OK)
         return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (detokenizer)");
     r->state = r->n_prompt > 0 ? R_PREFILL : R_SAMPLE;
     return GEIST_OK;
@@ -692,7 +678,7 @@ static bool advance_end(gt_req *r, ev_vec *evs) {
         return true;
     }
     const int32_t id = r->sampled;
-    if (geist_token_is_end(r->model, id)) {
+    if (gt_token_is_end(r->model, id)) {
         emit_finished(evs, r, GEIST_FINISH_STOP);
         return true;
     }
@@ -705,12 +691,12 @@ static bool advance_end(gt_req *r, ev_vec *evs) {
     r->state = R_DECODE;
     char buf[256];
     size_t len = 0;
-    geist_status st = geist_detokenizer_push(r->detok, id, buf, sizeof buf, &len);
+    geist_status st = gt_detok_push(r->detok, id, buf, sizeof buf, &len, &err);
     char *big = NULL;
     const char *piece = buf;
     if (st == GEIST_ERR_BUFFER_TOO_SMALL) {
         big = malloc(len);
-        st = big ? geist_detokenizer_push(r->detok, id, big, len, &len) : GEIST_ERR_OUT_OF_MEMORY;
+        st = big ? gt_detok_push(r->detok, id, big, len, &len, &err) : GEIST_ERR_OUT_OF_MEMORY;
         piece = big;
     }
     const size_t before = r->out_len;

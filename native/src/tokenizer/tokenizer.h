@@ -114,4 +114,17 @@ int32_t gt_tokenizer_find(const gt_tokenizer *t, const char *s, size_t n);
 /* The token's attribute bits (GT_ATTR_*), 0 for a bad id. */
 uint32_t gt_tokenizer_attr(const gt_tokenizer *t, int32_t id);
 
+/* ---- Model-level text calls (internal; they report through gt_err only and never touch the
+ * model's error slot or the thread's last error, so the runtime's scheduler thread may call
+ * them). api/api_text.c wraps them for geist.h. */
+
+/* Tokenizes text[0..len) with the model's tokenizer (flags: GEIST_TOKENIZE_*). On success *ids
+ * is malloc'd (free(); never NULL, even when *n is 0) and holds *n ids. Errors: GEIST_ERR_STATE
+ * (the model has no tokenizer), GEIST_ERR_INVALID_ARGUMENT (text NULL with len > 0, unknown
+ * flags), the encoder's errors. */
+geist_status gt_tokenize_alloc(const geist_model *m, const char *text, size_t len, uint32_t flags,
+                               int32_t **ids, size_t *n, gt_err *err);
+/* True when id ends generation for this model (gt_tokenizer_is_eog; false without a tokenizer). */
+bool gt_token_is_end(const geist_model *m, int32_t id);
+
 #endif
