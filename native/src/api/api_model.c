@@ -14,7 +14,6 @@
 #include "../runtime/runtime.h"
 #include "../tokenizer/tokenizer.h"
 #include "../util/ggml_types.h"
-#include "../util/hash.h"
 
 #define GEIST_VERSION_STRING "0.1.0"
 
@@ -93,12 +92,6 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
     return GEIST_OK;
 }
 
-static void engine_release(geist_engine *e) {
-    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
-    gt_pool_free(e->pool);
-    free(e);
-}
-
 void geist_engine_free(geist_engine *e) {
     if (!e) return;
     /* the runtime stops now (its thread uses the pool; running requests end); the pool and the
@@ -106,7 +99,7 @@ void geist_engine_free(geist_engine *e) {
     gt_runtime *rt = e->runtime;
     e->runtime = NULL;
     gt_runtime_free(rt);
-    engine_release(e);
+    gt_engine_release(e);
 }
 
 const char *geist_engine_backend_name(const geist_engine *e) { return e ? e->backend->name : ""; }
@@ -115,18 +108,6 @@ const char *geist_backends_available(void) { return gt_backend_names(); }
 
 /* ------------------------------------------------------------------------------------------- */
 /* Model */
-
-const gguf_file *gt_model_gguf(const geist_model *m) { return &m->gguf; }
-const struct gt_tokenizer *gt_model_tokenizer(const geist_model *m) { return m->tokenizer; }
-
-geist_status gt_model_record_error(const geist_model *m, const gt_err *err) {
-    geist_model *mm = (geist_model *)m; /* the error slot is the one mutable part, locked */
-    pthread_mutex_lock(&mm->err_lock);
-    mm->last_err = *err;
-    pthread_mutex_unlock(&mm->err_lock);
-    gt_set_thread_error(err->msg);
-    return err->status;
-}
 
 size_t geist_model_error(geist_model *m, char *buf, size_t cap) {
     if (!m) return 0;
@@ -142,24 +123,6 @@ void geist_load_options_default(geist_load_options *o) {
     o->struct_size = sizeof *o;
 }
 
-static void model_destroy(geist_model *m) {
-    if (!m) return;
-    gt_tokenizer_free(m->tokenizer);
-    gt_arch_free(m);
-    gguf_free(&m->gguf);
-    if (m->map) munmap(m->map, m->map_size);
-    pthread_mutex_destroy(&m->err_lock);
-    geist_engine *e = m->engine;
-    free(m);
-    engine_release(e);
-}
-
-void gt_model_retain(geist_model *m) { atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed); }
-
-void gt_model_release(geist_model *m) {
-    if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) model_destroy(m);
-}
-
 static geist_status load_span(geist_engine *engine, const void *data, size_t size, void *map,
                               const geist_load_options *opts, geist_model **out) {
     gt_err err = {0};
@@ -167,22 +130,17 @@ static geist_status load_span(geist_engine *engine, const void *data, size_t siz
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "load options: struct_size too small");
     if (opts && opts->flags != 0)
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "load options: unknown flags 0x%x", opts->flags);
-    geist_model *m = calloc(1, sizeof *m);
-    if (!m) return gt_thread_fail(GEIST_ERR_OUT_OF_MEMORY, "out of memory (model)");
-    pthread_mutex_init(&m->err_lock, NULL);
-    atomic_init(&m->refs, 1);
-    m->engine = engine;
-    atomic_fetch_add_explicit(&engine->refs, 1, memory_order_relaxed); /* model_destroy drops it */
-    m->backend = engine->backend;
-    m->map = map;
-    m->map_size = map ? size : 0;
-    geist_status st = gguf_parse(data, size, &m->gguf, &err);
-    if (!st) m->identity = gt_hash64(GT_HASH64_INIT, data, (size_t)m->gguf.data_offset);
-    if (!st) st = gt_arch_load(m, &err);
-    if (!st) st = gt_tokenizer_create(&m->gguf, &m->tokenizer, &err);
+    geist_model *m = NULL;
+    geist_status st = gt_model_create(engine, data, size, map, &m, &err);
+    if (!st) {
+        m->tokenizer_free = gt_tokenizer_free; /* the model frees what it was given */
+        st = gt_tokenizer_create(&m->gguf, &m->tokenizer, &err);
+        if (st) {
+            m->map = NULL; /* the caller unmaps on failure */
+            gt_model_release(m);
+        }
+    }
     if (st) {
-        m->map = NULL; /* the caller unmaps on failure */
-        model_destroy(m);
         gt_set_thread_error(err.msg);
         return st;
     }

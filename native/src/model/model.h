@@ -65,7 +65,10 @@ struct geist_model {
     gt_vec output_norm;
     gt_layer *layers;
     float *inv_freq_global, *inv_freq_local; /* n_rot/2 each */
+    /* tokenizer/ sits above model/, so the loader (api) hands the model its tokenizer and the
+     * function that frees it: the model's release never calls up. NULL, NULL without one. */
     struct gt_tokenizer *tokenizer;
+    void (*tokenizer_free)(struct gt_tokenizer *t);
     uint64_t owned_weight_bytes;
     uint64_t weight_bytes;
     uint64_t identity; /* hash of the GGUF bytes before the tensor data (session snapshots) */
@@ -85,12 +88,24 @@ struct geist_engine {
  * engine. */
 void gt_model_retain(geist_model *m);
 void gt_model_release(geist_model *m);
+/* Drops one engine reference (see geist_engine.refs); the last frees the pool and the struct.
+ * The runtime is not touched: geist_engine_free stops and frees it before dropping the handle's
+ * reference, so this never calls up into runtime/. */
+void gt_engine_release(geist_engine *e);
+
+/* The loading body: a model over data[0..size) (map: the file mapping it then owns, or NULL)
+ * with the GGUF parsed and validated, its identity hashed and its architecture and weights bound;
+ * holds one engine reference. No tokenizer yet (the caller attaches one). On failure nothing is
+ * kept (a map stays the caller's to unmap) and err says why. */
+geist_status gt_model_create(geist_engine *engine, const void *data, size_t size, void *map,
+                             geist_model **out, gt_err *err);
 
 /* Accessors used by the other rooms (tokenizer API glue, chat templates, sessions). */
 const gguf_file *gt_model_gguf(const geist_model *m);
 const struct gt_tokenizer *gt_model_tokenizer(const geist_model *m);
 /* Records err as the model's last error (thread-safe) and as this thread's last error; returns
- * err->status. */
+ * err->status. For API calls on the caller's thread only (the scheduler thread reports through
+ * gt_err). */
 geist_status gt_model_record_error(const geist_model *m, const gt_err *err);
 
 /* Reads the architecture config and binds the weights (arch.c). */
