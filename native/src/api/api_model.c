@@ -35,6 +35,8 @@ const char *geist_status_name(geist_status st) {
     return "GEIST_ERR_UNKNOWN";
 }
 
+size_t geist_last_error(char *buf, size_t cap) { return gt_copy_message(gt_thread_error(), buf, cap); }
+
 /* ------------------------------------------------------------------------------------------- */
 /* Engine */
 

@@ -7,6 +7,14 @@ static geist_status fail(const gt_err *err) {
     return err->status;
 }
 
+void geist_runtime_options_default(geist_runtime_options *o) {
+    if (o) gt_runtime_options_default(o);
+}
+
+void geist_request_default(geist_request *r) {
+    if (r) gt_request_default(r);
+}
+
 geist_status geist_submit(geist_engine *engine, geist_session *session,
                           const geist_request *request, uint64_t *request_id) {
     gt_err err = {0};

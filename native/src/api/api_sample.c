@@ -9,18 +9,7 @@ static geist_status fail_thread(const gt_err *err) {
 }
 
 void geist_sampler_options_default(geist_sampler_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->struct_size = sizeof *o;
-    o->temperature = 0.8f;
-    o->top_k = 40;
-    o->top_p = 0.95f;
-    o->min_p = 0.05f;
-    o->repeat_penalty = 1.0f;
-    o->frequency_penalty = 0.0f;
-    o->presence_penalty = 0.0f;
-    o->penalty_last_n = 64;
-    o->seed = 0;
+    if (o) gt_sampler_options_default(o);
 }
 
 /* Copies caller options (NULL = defaults) after checking struct_size. */

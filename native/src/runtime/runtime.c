@@ -14,9 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../session/forward.h"
 #include "../chat/chat.h"
 #include "../sample/sampler.h"
+#include "../session/forward.h"
 #include "../session/session.h"
 #include "../tokenizer/detok.h"
 #include "../tokenizer/tokenizer.h"
@@ -119,8 +119,7 @@ static void req_free(gt_req *r) {
     free(r);
 }
 
-void geist_runtime_options_default(geist_runtime_options *o) {
-    if (!o) return;
+void gt_runtime_options_default(geist_runtime_options *o) {
     memset(o, 0, sizeof *o);
     o->struct_size = sizeof *o;
     o->budget_ms = 0.0f;
@@ -129,11 +128,10 @@ void geist_runtime_options_default(geist_runtime_options *o) {
     o->max_batch = 64;
 }
 
-void geist_request_default(geist_request *r) {
-    if (!r) return;
+void gt_request_default(geist_request *r) {
     memset(r, 0, sizeof *r);
     r->struct_size = sizeof *r;
-    geist_sampler_options_default(&r->sampler);
+    gt_sampler_options_default(&r->sampler);
     r->max_tokens = 128;
 }
 
@@ -150,7 +148,7 @@ gt_runtime *gt_runtime_create(geist_engine *engine) {
     pthread_cond_init(&rt->work, NULL);
     pthread_cond_init(&rt->ev_ready, NULL);
     pthread_cond_init(&rt->step_done, NULL);
-    geist_runtime_options_default(&rt->opts);
+    gt_runtime_options_default(&rt->opts);
     rt->next_id = 1;
     return rt;
 }
@@ -444,7 +442,7 @@ void gt_runtime_session_freed(gt_runtime *rt, geist_session *s) {
 
 geist_status gt_runtime_configure(gt_runtime *rt, const geist_runtime_options *o, gt_err *err) {
     geist_runtime_options v;
-    geist_runtime_options_default(&v);
+    gt_runtime_options_default(&v);
     if (o) {
         if (o->struct_size < sizeof v)
             return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,

@@ -21,6 +21,9 @@ geist_status gt_runtime_submit(gt_runtime *rt, geist_session *s, const geist_req
                                uint64_t *id, gt_err *err);
 geist_status gt_runtime_cancel(gt_runtime *rt, uint64_t id, gt_err *err);
 size_t gt_runtime_poll(gt_runtime *rt, geist_event *events, size_t max_events, int32_t timeout_ms);
+/* geist.h's defaults (argument not NULL); the geist_*_default calls wrap them. */
+void gt_runtime_options_default(geist_runtime_options *o);
+void gt_request_default(geist_request *r);
 geist_status gt_runtime_configure(gt_runtime *rt, const geist_runtime_options *o, gt_err *err);
 
 #endif

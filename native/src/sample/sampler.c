@@ -40,6 +40,20 @@ static double rng_uniform(uint64_t st[4]) { return (double)(rng_next(st) >> 11) 
 
 /* ---- options ----------------------------------------------------------------------------- */
 
+void gt_sampler_options_default(geist_sampler_options *o) {
+    memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+    o->temperature = 0.8f;
+    o->top_k = 40;
+    o->top_p = 0.95f;
+    o->min_p = 0.05f;
+    o->repeat_penalty = 1.0f;
+    o->frequency_penalty = 0.0f;
+    o->presence_penalty = 0.0f;
+    o->penalty_last_n = 64;
+    o->seed = 0;
+}
+
 geist_status gt_sampler_check_options(const geist_sampler_options *o, gt_err *err) {
     if (!(isfinite(o->temperature) && o->temperature >= 0.0f))
         return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "sampler: temperature must be >= 0 (got %g)",

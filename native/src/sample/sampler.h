@@ -66,6 +66,8 @@ struct geist_sampler {
 };
 
 /* Checks option values (struct_size is the API's business). */
+/* geist.h's sampler defaults (o not NULL); geist_sampler_options_default wraps it. */
+void gt_sampler_options_default(geist_sampler_options *o);
 geist_status gt_sampler_check_options(const geist_sampler_options *o, gt_err *err);
 
 geist_status gt_sampler_create(int32_t n_vocab, const geist_sampler_options *o,

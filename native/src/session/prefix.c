@@ -12,39 +12,29 @@ void gt_prefix_retain(struct geist_prefix *p) { atomic_fetch_add(&p->refs, 1); }
 
 void gt_prefix_release(struct geist_prefix *p) {
     if (atomic_fetch_sub(&p->refs, 1) == 1) {
-        geist_session_free(p->s);
+        /* the frozen session never had a handle, so no runtime request can hold it */
+        gt_session_destroy(p->s);
         free(p);
     }
 }
 
-geist_status geist_prefix_create(geist_model *model, const int32_t *ids, size_t n,
-                                 int32_t kv_mode, geist_prefix **out) {
-    gt_err err = {0};
-    if (!model || !out || !ids) {
-        gt_set_thread_error("model, ids and out must not be NULL");
-        return GEIST_ERR_INVALID_ARGUMENT;
-    }
-    if (n == 0 || n > (size_t)model->cfg.n_ctx_train - 1) {
-        gt_fail(&err, GEIST_ERR_INVALID_ARGUMENT, "a prefix needs 1..%d tokens (got %zu)",
-                model->cfg.n_ctx_train - 1, n);
-        return gt_model_record_error(model, &err);
-    }
+geist_status gt_prefix_create(geist_model *model, const int32_t *ids, size_t n, int32_t kv_mode,
+                              geist_prefix **out, gt_err *err) {
+    if (n == 0 || n > (size_t)model->cfg.n_ctx_train - 1)
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "a prefix needs 1..%d tokens (got %zu)",
+                       model->cfg.n_ctx_train - 1, n);
     geist_prefix *p = calloc(1, sizeof *p);
-    if (!p) {
-        gt_fail(&err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (prefix)");
-        return gt_model_record_error(model, &err);
-    }
-    geist_status st = gt_session_new(model, (int32_t)n, kv_mode, 0, NULL, &p->s, &err);
+    if (!p) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (prefix)");
+    geist_status st = gt_session_new(model, (int32_t)n, kv_mode, 0, NULL, &p->s, err);
     if (st) {
         free(p);
-        return gt_model_record_error(model, &err);
+        return st;
     }
-    st = geist_session_prefill(p->s, ids, n);
+    st = gt_session_run(p->s, ids, n, NULL, err);
     if (st) {
-        gt_fail(&err, st, "%s", p->s->last_err.msg);
-        geist_session_free(p->s);
+        gt_session_destroy(p->s);
         free(p);
-        return gt_model_record_error(model, &err);
+        return st;
     }
     p->model = model;
     atomic_init(&p->refs, 1);
@@ -56,22 +46,11 @@ geist_status geist_prefix_create(geist_model *model, const int32_t *ids, size_t 
     return GEIST_OK;
 }
 
-void geist_prefix_free(geist_prefix *p) {
-    if (p) gt_prefix_release(p);
-}
-
-int32_t geist_prefix_n_tokens(const geist_prefix *p) { return p ? p->s->n_past : 0; }
-
-geist_status geist_prefix_memory(const geist_prefix *p, geist_memory_report *out) {
-    if (!p || !out) {
-        gt_set_thread_error("prefix and out must not be NULL");
-        return GEIST_ERR_INVALID_ARGUMENT;
-    }
+void gt_prefix_memory(const geist_prefix *p, geist_memory_report *out) {
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
     out->shared_prefix = p->s->kv_bytes;
     out->scratch = (uint64_t)p->model->cfg.n_vocab * sizeof(float);
     out->other = sizeof *p + sizeof *p->s + (uint64_t)p->model->cfg.n_layer * sizeof(gt_kv_layer) +
                  (uint64_t)p->s->max_seq_len * sizeof(int32_t);
-    return GEIST_OK;
 }

@@ -82,4 +82,26 @@ geist_status gt_session_new(geist_model *model, int32_t max_seq_len, int32_t kv_
                             uint64_t seed, struct geist_prefix *prefix, geist_session **out,
                             gt_err *err);
 
+/* Frees the session and drops its model reference. The API tells the runtime first (a session
+ * with a handle may have a request); the runtime sits above session/, so this does not. */
+void gt_session_destroy(geist_session *s);
+
+/* Runs ids[0..n) at n_past.. after checking them (n >= 1, ids not NULL, room, ids in the
+ * vocabulary). all_logits as gt_forward. */
+geist_status gt_session_run(geist_session *s, const int32_t *ids, size_t n, float *all_logits,
+                            gt_err *err);
+/* Back to the prefix (or empty), its logits restored. */
+void gt_session_reset(geist_session *s);
+/* Writes the n_past ids (the prefix's, then the own) to ids. */
+void gt_session_copy_tokens(const geist_session *s, int32_t *ids);
+void gt_session_memory(const geist_session *s, geist_memory_report *out);
+
+/* Snapshots, fork and truncate (snapshot.c); errors through err only (the API records them on
+ * the session). snapshot sets *needed before failing with GEIST_ERR_BUFFER_TOO_SMALL. */
+geist_status gt_session_snapshot(geist_session *s, void *buf, size_t cap, size_t *needed,
+                                 gt_err *err);
+geist_status gt_session_restore(geist_session *s, const void *image, size_t size, gt_err *err);
+geist_status gt_session_fork(geist_session *s, geist_session **out, gt_err *err);
+geist_status gt_session_truncate(geist_session *s, int32_t n, gt_err *err);
+
 #endif

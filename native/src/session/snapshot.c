@@ -123,18 +123,14 @@ static void fill_header(const geist_session *s, snap_header *h, uint64_t total) 
     h->seed = s->seed;
 }
 
-geist_status geist_session_snapshot(geist_session *s, void *buf, size_t cap, size_t *needed) {
-    gt_err err = {0};
-    if (!s || !needed || (!buf && cap > 0)) {
-        gt_set_thread_error("session and needed must not be NULL");
-        return GEIST_ERR_INVALID_ARGUMENT;
-    }
+geist_status gt_session_snapshot(geist_session *s, void *buf, size_t cap, size_t *needed,
+                                 gt_err *err) {
     const uint64_t total = image_bytes(s);
     *needed = (size_t)total;
     if (cap < total) {
-        gt_fail(&err, GEIST_ERR_BUFFER_TOO_SMALL, "snapshot needs %llu bytes (buffer has %zu)",
-                (unsigned long long)total, cap);
-        return gt_session_fail(s, &err);
+        return gt_fail(err, GEIST_ERR_BUFFER_TOO_SMALL,
+                       "snapshot needs %llu bytes (buffer has %zu)", (unsigned long long)total,
+                       cap);
     }
     const gt_config *c = &s->model->cfg;
     uint8_t *p = buf;
@@ -164,67 +160,54 @@ geist_status geist_session_snapshot(geist_session *s, void *buf, size_t cap, siz
     return GEIST_OK;
 }
 
-geist_status geist_session_restore(geist_session *s, const void *image, size_t size) {
-    gt_err err = {0};
-    if (!s || (!image && size > 0)) {
-        gt_set_thread_error("session and image must not be NULL");
-        return GEIST_ERR_INVALID_ARGUMENT;
-    }
+geist_status gt_session_restore(geist_session *s, const void *image, size_t size, gt_err *err) {
     const gt_config *c = &s->model->cfg;
     snap_header h;
     if (size < sizeof h + sizeof(uint64_t) || memcmp(image, SNAP_MAGIC, 8) != 0) {
-        gt_fail(&err, GEIST_ERR_BAD_FORMAT, "not a geist session snapshot (%zu bytes)", size);
-        return gt_session_fail(s, &err);
+        return gt_fail(err, GEIST_ERR_BAD_FORMAT, "not a geist session snapshot (%zu bytes)", size);
     }
     memcpy(&h, image, sizeof h);
     if (h.version != SNAP_VERSION) {
-        gt_fail(&err, h.version > SNAP_VERSION ? GEIST_ERR_UNSUPPORTED : GEIST_ERR_BAD_FORMAT,
-                "snapshot version %u is not supported (this library reads version %u)",
-                h.version, SNAP_VERSION);
-        return gt_session_fail(s, &err);
+        return gt_fail(err, h.version > SNAP_VERSION ? GEIST_ERR_UNSUPPORTED : GEIST_ERR_BAD_FORMAT,
+                       "snapshot version %u is not supported (this library reads version %u)",
+                       h.version, SNAP_VERSION);
     }
     if (h.header_bytes != sizeof h || h.image_bytes != size) {
-        gt_fail(&err, GEIST_ERR_BAD_FORMAT,
-                "snapshot is truncated or padded: it says %llu bytes, %zu were given",
-                (unsigned long long)h.image_bytes, size);
-        return gt_session_fail(s, &err);
+        return gt_fail(err, GEIST_ERR_BAD_FORMAT,
+                       "snapshot is truncated or padded: it says %llu bytes, %zu were given",
+                       (unsigned long long)h.image_bytes, size);
     }
     uint64_t sum;
     memcpy(&sum, (const uint8_t *)image + size - sizeof sum, sizeof sum);
     if (gt_hash64(GT_HASH64_INIT, image, size - sizeof sum) != sum) {
-        gt_fail(&err, GEIST_ERR_BAD_FORMAT, "snapshot checksum mismatch: the image is corrupt");
-        return gt_session_fail(s, &err);
+        return gt_fail(err, GEIST_ERR_BAD_FORMAT,
+                       "snapshot checksum mismatch: the image is corrupt");
     }
     if (h.model_id != s->model->identity || h.n_layer != c->n_layer || h.n_vocab != c->n_vocab ||
         h.n_head_kv != c->n_head_kv || h.head_dim_k != c->head_dim_k ||
         h.head_dim_v != c->head_dim_v) {
-        gt_fail(&err, GEIST_ERR_INVALID_ARGUMENT,
-                "snapshot was taken with another model (identity %016llx, this model %016llx)",
-                (unsigned long long)h.model_id, (unsigned long long)s->model->identity);
-        return gt_session_fail(s, &err);
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                       "snapshot was taken with another model (identity %016llx, this model %016llx)",
+                       (unsigned long long)h.model_id, (unsigned long long)s->model->identity);
     }
     if (h.kv_mode != s->kv_mode) {
-        gt_fail(&err, GEIST_ERR_INVALID_ARGUMENT,
-                "snapshot KV mode %s does not match this session's %s",
-                gt_kv_mode_name(h.kv_mode), gt_kv_mode_name(s->kv_mode));
-        return gt_session_fail(s, &err);
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                       "snapshot KV mode %s does not match this session's %s",
+                       gt_kv_mode_name(h.kv_mode), gt_kv_mode_name(s->kv_mode));
     }
     const uint64_t my_prefix = s->prefix ? s->prefix->identity : 0;
     if (h.prefix_id != my_prefix || h.n_prefix != s->n_prefix) {
-        gt_fail(&err, GEIST_ERR_INVALID_ARGUMENT,
-                "snapshot was taken on %s shared prefix than this session's",
-                h.prefix_id ? "another" : "no");
-        return gt_session_fail(s, &err);
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                       "snapshot was taken on %s shared prefix than this session's",
+                       h.prefix_id ? "another" : "no");
     }
     if (h.n_past < h.n_prefix || (h.has_logits != 0 && h.has_logits != 1)) {
-        gt_fail(&err, GEIST_ERR_BAD_FORMAT, "snapshot header is inconsistent");
-        return gt_session_fail(s, &err);
+        return gt_fail(err, GEIST_ERR_BAD_FORMAT, "snapshot header is inconsistent");
     }
     if (h.n_past > s->max_seq_len) {
-        gt_fail(&err, GEIST_ERR_CAPACITY,
-                "snapshot holds %d tokens, more than this session's max_seq_len %d", h.n_past,
-                s->max_seq_len);
-        return gt_session_fail(s, &err);
+        return gt_fail(err, GEIST_ERR_CAPACITY,
+                       "snapshot holds %d tokens, more than this session's max_seq_len %d",
+                       h.n_past, s->max_seq_len);
     }
     /* every layer's rows must be what this session expects and fit its storage */
     const uint8_t *p = (const uint8_t *)image + sizeof h;
@@ -238,17 +221,17 @@ geist_status geist_session_restore(geist_session *s, const void *image, size_t s
         const gt_kv_layer *kv = &s->kv[il];
         const int32_t cap_units = s->kv_mode == GEIST_KV_KIVI2 ? kv->rows / G : kv->rows;
         if (memcmp(&r, &want, sizeof r) != 0 || r.count > cap_units) {
-            gt_fail(&err, GEIST_ERR_BAD_FORMAT, "snapshot layer %d rows are inconsistent", il);
-            return gt_session_fail(s, &err);
+            return gt_fail(err, GEIST_ERR_BAD_FORMAT,
+                           "snapshot layer %d rows are inconsistent", il);
         }
         total += range_bytes(&s->geom, r);
     }
     if (h.has_logits) total += (uint64_t)c->n_vocab * sizeof(float);
     total += sizeof(uint64_t);
     if (total != size) {
-        gt_fail(&err, GEIST_ERR_BAD_FORMAT, "snapshot sizes are inconsistent (%llu vs %zu bytes)",
-                (unsigned long long)total, size);
-        return gt_session_fail(s, &err);
+        return gt_fail(err, GEIST_ERR_BAD_FORMAT,
+                       "snapshot sizes are inconsistent (%llu vs %zu bytes)",
+                       (unsigned long long)total, size);
     }
     p += (size_t)c->n_layer * sizeof(lrange);
     const int32_t n_own = h.n_past - h.n_prefix;
@@ -256,8 +239,7 @@ geist_status geist_session_restore(geist_session *s, const void *image, size_t s
         int32_t id;
         memcpy(&id, p + (size_t)i * 4, 4);
         if (id < 0 || id >= c->n_vocab) {
-            gt_fail(&err, GEIST_ERR_BAD_FORMAT, "snapshot token %d is out of range", i);
-            return gt_session_fail(s, &err);
+            return gt_fail(err, GEIST_ERR_BAD_FORMAT, "snapshot token %d is out of range", i);
         }
     }
     /* validated: apply (nothing below can fail) */
@@ -280,15 +262,11 @@ geist_status geist_session_restore(geist_session *s, const void *image, size_t s
     return GEIST_OK;
 }
 
-geist_status geist_session_fork(geist_session *s, geist_session **out) {
-    gt_err err = {0};
-    if (!s || !out) {
-        gt_set_thread_error("session and out must not be NULL");
-        return GEIST_ERR_INVALID_ARGUMENT;
-    }
+geist_status gt_session_fork(geist_session *s, geist_session **out, gt_err *err) {
     geist_session *f = NULL;
-    if (gt_session_new(s->model, s->max_seq_len, s->kv_mode, s->seed, s->prefix, &f, &err))
-        return gt_session_fail(s, &err);
+    geist_status st =
+        gt_session_new(s->model, s->max_seq_len, s->kv_mode, s->seed, s->prefix, &f, err);
+    if (st) return st;
     for (int32_t il = 0; il < s->model->cfg.n_layer; il++)
         gt_kv_layer_copy(&f->kv[il], &s->kv[il], &s->geom);
     memcpy(f->ids, s->ids, (size_t)(s->n_past - s->n_prefix) * sizeof(int32_t));
@@ -300,17 +278,11 @@ geist_status geist_session_fork(geist_session *s, geist_session **out) {
     return GEIST_OK;
 }
 
-geist_status geist_session_truncate(geist_session *s, int32_t n) {
-    gt_err err = {0};
-    if (!s) {
-        gt_set_thread_error("session must not be NULL");
-        return GEIST_ERR_INVALID_ARGUMENT;
-    }
+geist_status gt_session_truncate(geist_session *s, int32_t n, gt_err *err) {
     if (n < s->n_prefix || n > s->n_past) {
-        gt_fail(&err, GEIST_ERR_INVALID_ARGUMENT,
-                "cannot truncate to %d tokens: the session holds %d (shared prefix %d)", n,
-                s->n_past, s->n_prefix);
-        return gt_session_fail(s, &err);
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                       "cannot truncate to %d tokens: the session holds %d (shared prefix %d)", n,
+                       s->n_past, s->n_prefix);
     }
     if (n == s->n_past) return GEIST_OK;
     const gt_config *c = &s->model->cfg;
@@ -333,10 +305,9 @@ geist_status geist_session_truncate(geist_session *s, int32_t n) {
             if (lo > held_lo) held_lo = lo;
         }
         if (need_lo < held_lo) {
-            gt_fail(&err, GEIST_ERR_UNSUPPORTED,
-                    "cannot truncate to %d tokens: the sliding-window ring of layer %d no longer "
-                    "holds position %d", n, il, need_lo + s->n_prefix);
-            return gt_session_fail(s, &err);
+            return gt_fail(err, GEIST_ERR_UNSUPPORTED,
+                           "cannot truncate to %d tokens: the sliding-window ring of layer %d "
+                           "no longer holds position %d", n, il, need_lo + s->n_prefix);
         }
     }
     if (s->kv_mode == GEIST_KV_KIVI2 && gt_kivi_boundary(new_own) < gt_kivi_boundary(n_own) &&

@@ -101,7 +101,7 @@ size_t gt_copy_message(const char *msg, char *buf, size_t cap) {
     return len;
 }
 
-size_t geist_last_error(char *buf, size_t cap) { return gt_copy_message(g_thread_error, buf, cap); }
+const char *gt_thread_error(void) { return g_thread_error; }
 
 void *gt_calloc(size_t n, size_t size) {
     if (n == 0 || size == 0) return calloc(1, 1);

@@ -41,6 +41,8 @@ size_t gt_copy_message(const char *msg, char *buf, size_t cap);
 /* Thread-local "last error of this thread" (see geist_last_error). */
 void gt_set_thread_error(const char *msg);
 void gt_clear_thread_error(void);
+/* This thread's last error message (geist_last_error copies it out). */
+const char *gt_thread_error(void);
 
 /* Allocation helpers that count into a byte counter (NULL allowed). Return NULL on overflow. */
 void *gt_calloc(size_t n, size_t size);
