@@ -301,7 +301,7 @@ static void expect_fail_n(const buf *b, size_t n, geist_status want, const char 
     memset(&f, 0xab, sizeof f);
     gt_err err;
     memset(&err, 0, sizeof err);
-    geist_status st = gguf_parse(c.data, n, &f, &err);
+    geist_status st = gt_gguf_parse(c.data, n, &f, &err);
     g_checks++;
     if (st != want || err.status != want || !strstr(err.msg, word) || !all_zero(&f, sizeof f)) {
         printf("FAIL %s: status %d (want %d), message \"%s\" (want \"%s\")%s\n", label, (int)st,
@@ -309,7 +309,7 @@ static void expect_fail_n(const buf *b, size_t n, geist_status want, const char 
         g_failures++;
     }
     if (g_verbose) printf("  %-28s -> %s\n", label, err.msg);
-    if (st == GEIST_OK) gguf_free(&f);
+    if (st == GEIST_OK) gt_gguf_free(&f);
     free(c.alloc);
 }
 
@@ -342,7 +342,7 @@ static void test_valid(size_t shift) {
     copy c = make_copy(b.p, b.n, shift);
     gguf_file f;
     gt_err err = {0};
-    geist_status st = gguf_parse(c.data, b.n, &f, &err);
+    geist_status st = gt_gguf_parse(c.data, b.n, &f, &err);
     CHECK(st == GEIST_OK);
     if (st != GEIST_OK) {
         printf("  valid file failed: %s\n", err.msg);
@@ -356,96 +356,96 @@ static void test_valid(size_t shift) {
     CHECK(f.n_kv == 18);
     CHECK(f.n_tensors == 3);
     CHECK(f.data_offset == m.data_start);
-    CHECK(gguf_owned_bytes(&f) == 18 * sizeof(gguf_kv) + 3 * sizeof(gguf_tensor));
+    CHECK(gt_gguf_owned_bytes(&f) == 18 * sizeof(gguf_kv) + 3 * sizeof(gguf_tensor));
 
     gt_str sv;
-    CHECK(gguf_get_str(&f, "general.architecture", &sv) && gt_str_eq(sv, "llama"));
+    CHECK(gt_gguf_get_str(&f, "general.architecture", &sv) && gt_str_eq(sv, "llama"));
     CHECK(!gt_str_eq(sv, "llam") && !gt_str_eq(sv, "llamas") && !gt_str_eq(sv, NULL));
-    CHECK(!gguf_get_str(&f, "t.u8", &sv));
-    CHECK(!gguf_get_str(&f, "no.such.key", &sv));
-    CHECK(gguf_find_kv(&f, "no.such.key") == NULL);
-    CHECK(gguf_find_kv(&f, "t") == NULL);
+    CHECK(!gt_gguf_get_str(&f, "t.u8", &sv));
+    CHECK(!gt_gguf_get_str(&f, "no.such.key", &sv));
+    CHECK(gt_gguf_find_kv(&f, "no.such.key") == NULL);
+    CHECK(gt_gguf_find_kv(&f, "t") == NULL);
 
     uint32_t u32 = 0;
     int32_t i32 = 0;
     uint64_t u64 = 0;
     float f32 = 0;
     bool bv = false;
-    CHECK(gguf_get_u32(&f, "t.u8", &u32) && u32 == 200);
-    CHECK(gguf_get_u32(&f, "t.u16", &u32) && u32 == 60000);
-    CHECK(gguf_get_u32(&f, "t.u32", &u32) && u32 == 4000000000u);
-    CHECK(!gguf_get_u32(&f, "t.i8", &u32));  /* negative */
-    CHECK(!gguf_get_u32(&f, "t.u64", &u32)); /* out of range */
-    CHECK(!gguf_get_u32(&f, "t.f32", &u32)); /* not an integer type */
-    CHECK(!gguf_get_u32(&f, "t.bool", &u32));
-    CHECK(gguf_get_u32(&f, "general.alignment", &u32) && u32 == 32);
-    CHECK(gguf_get_i32(&f, "t.i8", &i32) && i32 == -100);
-    CHECK(gguf_get_i32(&f, "t.i16", &i32) && i32 == -30000);
-    CHECK(gguf_get_i32(&f, "t.i32", &i32) && i32 == -2000000000);
-    CHECK(gguf_get_i32(&f, "t.u16", &i32) && i32 == 60000);
-    CHECK(!gguf_get_i32(&f, "t.u32", &i32)); /* 4e9 > INT32_MAX */
-    CHECK(!gguf_get_i32(&f, "t.i64", &i32)); /* -2^40 */
-    CHECK(gguf_get_u64(&f, "t.u64", &u64) && u64 == ((uint64_t)1 << 40) + 3);
-    CHECK(gguf_get_u64(&f, "t.u8", &u64) && u64 == 200);
-    CHECK(!gguf_get_u64(&f, "t.i64", &u64));
-    CHECK(gguf_get_f32(&f, "t.f32", &f32) && f32 == 1.5f);
-    CHECK(gguf_get_f32(&f, "t.f64", &f32) && f32 == (float)0.1);
-    CHECK(!gguf_get_f32(&f, "t.u32", &f32));
-    CHECK(gguf_get_bool(&f, "t.bool", &bv) && bv);
-    CHECK(!gguf_get_bool(&f, "t.u8", &bv));
-    const gguf_kv *kv = gguf_find_kv(&f, "t.f64");
+    CHECK(gt_gguf_get_u32(&f, "t.u8", &u32) && u32 == 200);
+    CHECK(gt_gguf_get_u32(&f, "t.u16", &u32) && u32 == 60000);
+    CHECK(gt_gguf_get_u32(&f, "t.u32", &u32) && u32 == 4000000000u);
+    CHECK(!gt_gguf_get_u32(&f, "t.i8", &u32));  /* negative */
+    CHECK(!gt_gguf_get_u32(&f, "t.u64", &u32)); /* out of range */
+    CHECK(!gt_gguf_get_u32(&f, "t.f32", &u32)); /* not an integer type */
+    CHECK(!gt_gguf_get_u32(&f, "t.bool", &u32));
+    CHECK(gt_gguf_get_u32(&f, "general.alignment", &u32) && u32 == 32);
+    CHECK(gt_gguf_get_i32(&f, "t.i8", &i32) && i32 == -100);
+    CHECK(gt_gguf_get_i32(&f, "t.i16", &i32) && i32 == -30000);
+    CHECK(gt_gguf_get_i32(&f, "t.i32", &i32) && i32 == -2000000000);
+    CHECK(gt_gguf_get_i32(&f, "t.u16", &i32) && i32 == 60000);
+    CHECK(!gt_gguf_get_i32(&f, "t.u32", &i32)); /* 4e9 > INT32_MAX */
+    CHECK(!gt_gguf_get_i32(&f, "t.i64", &i32)); /* -2^40 */
+    CHECK(gt_gguf_get_u64(&f, "t.u64", &u64) && u64 == ((uint64_t)1 << 40) + 3);
+    CHECK(gt_gguf_get_u64(&f, "t.u8", &u64) && u64 == 200);
+    CHECK(!gt_gguf_get_u64(&f, "t.i64", &u64));
+    CHECK(gt_gguf_get_f32(&f, "t.f32", &f32) && f32 == 1.5f);
+    CHECK(gt_gguf_get_f32(&f, "t.f64", &f32) && f32 == (float)0.1);
+    CHECK(!gt_gguf_get_f32(&f, "t.u32", &f32));
+    CHECK(gt_gguf_get_bool(&f, "t.bool", &bv) && bv);
+    CHECK(!gt_gguf_get_bool(&f, "t.u8", &bv));
+    const gguf_kv *kv = gt_gguf_find_kv(&f, "t.f64");
     CHECK(kv && kv->type == GGUF_VT_FLOAT64 && kv->v.f == 0.1);
-    kv = gguf_find_kv(&f, "t.i64");
+    kv = gt_gguf_find_kv(&f, "t.i64");
     CHECK(kv && kv->type == GGUF_VT_INT64 && kv->v.i == -((int64_t)1 << 40));
 
-    kv = gguf_find_kv(&f, "t.strs");
+    kv = gt_gguf_find_kv(&f, "t.strs");
     CHECK(kv && kv->type == GGUF_VT_ARRAY && kv->arr_type == GGUF_VT_STRING && kv->arr_len == 4);
     if (kv) {
         uint64_t cur = 0;
         int n = 0;
         gt_str e;
-        while (gguf_str_array_next(kv, &cur, &e)) {
+        while (gt_gguf_str_array_next(kv, &cur, &e)) {
             if (n < 4) CHECK(str_is(e, k_strs[n], strlen(k_strs[n])));
             n++;
         }
         CHECK(n == 4);
         CHECK(cur == kv->arr_bytes);
-        CHECK(!gguf_str_array_next(kv, &cur, &e)); /* stays at the end */
+        CHECK(!gt_gguf_str_array_next(kv, &cur, &e)); /* stays at the end */
         uint64_t bad = kv->arr_bytes + 100;
-        CHECK(!gguf_str_array_next(kv, &bad, &e)); /* stray cursor refused */
+        CHECK(!gt_gguf_str_array_next(kv, &bad, &e)); /* stray cursor refused */
     }
-    kv = gguf_find_kv(&f, "t.f32s");
+    kv = gt_gguf_find_kv(&f, "t.f32s");
     CHECK(kv && kv->arr_type == GGUF_VT_FLOAT32 && kv->arr_len == 3 && kv->arr_bytes == 12);
     if (kv) {
-        for (uint64_t i = 0; i < 3; i++) CHECK(gguf_array_f64(kv, i) == (double)k_f32s[i]);
-        CHECK(gguf_array_i64(kv, 1) == -2);
-        CHECK(gguf_array_f64(kv, 3) == 0.0); /* out of range */
+        for (uint64_t i = 0; i < 3; i++) CHECK(gt_gguf_array_f64(kv, i) == (double)k_f32s[i]);
+        CHECK(gt_gguf_array_i64(kv, 1) == -2);
+        CHECK(gt_gguf_array_f64(kv, 3) == 0.0); /* out of range */
         uint64_t cur = 0;
         gt_str e;
-        CHECK(!gguf_str_array_next(kv, &cur, &e)); /* not a string array */
+        CHECK(!gt_gguf_str_array_next(kv, &cur, &e)); /* not a string array */
     }
-    kv = gguf_find_kv(&f, "t.i32s");
+    kv = gt_gguf_find_kv(&f, "t.i32s");
     CHECK(kv && kv->arr_type == GGUF_VT_INT32 && kv->arr_len == 3);
     if (kv) {
         for (uint64_t i = 0; i < 3; i++) {
-            CHECK(gguf_array_i64(kv, i) == k_i32s[i]);
-            CHECK(gguf_array_f64(kv, i) == (double)k_i32s[i]);
+            CHECK(gt_gguf_array_i64(kv, i) == k_i32s[i]);
+            CHECK(gt_gguf_array_f64(kv, i) == (double)k_i32s[i]);
         }
     }
-    kv = gguf_find_kv(&f, "t.empty");
+    kv = gt_gguf_find_kv(&f, "t.empty");
     CHECK(kv && kv->arr_type == GGUF_VT_UINT8 && kv->arr_len == 0 && kv->arr_bytes == 0);
-    kv = gguf_find_kv(&f, "t.bools");
+    kv = gt_gguf_find_kv(&f, "t.bools");
     CHECK(kv && kv->arr_type == GGUF_VT_BOOL && kv->arr_len == 3);
     if (kv) {
-        CHECK(gguf_array_i64(kv, 0) == 1 && gguf_array_i64(kv, 1) == 0);
-        CHECK(gguf_array_f64(kv, 2) == 1.0);
+        CHECK(gt_gguf_array_i64(kv, 0) == 1 && gt_gguf_array_i64(kv, 1) == 0);
+        CHECK(gt_gguf_array_f64(kv, 2) == 1.0);
     }
 
     static const uint64_t want_bytes[3] = {48, 72, 16};
     static const uint64_t want_elems[3] = {12, 128, 8};
     for (size_t i = 0; i < 3; i++) {
         const tspec *ts = &s.tensors[i];
-        const gguf_tensor *t = gguf_find_tensor(&f, ts->name);
+        const gguf_tensor *t = gt_gguf_find_tensor(&f, ts->name);
         CHECK(t == &f.tensors[i]);
         if (!t) continue;
         CHECK(gt_str_eq(t->name, ts->name));
@@ -455,35 +455,35 @@ static void test_valid(size_t shift) {
         CHECK(t->data == c.data + m.data_start + ts->offset);
         CHECK(memcmp(t->data, b.p + m.data_start + ts->offset, t->nbytes) == 0);
     }
-    CHECK(gguf_find_tensor(&f, "missing") == NULL);
-    gguf_free(&f);
+    CHECK(gt_gguf_find_tensor(&f, "missing") == NULL);
+    gt_gguf_free(&f);
     CHECK(f.kv == NULL && f.tensors == NULL && f.n_kv == 0);
-    gguf_free(&f); /* twice is harmless */
-    gguf_free(NULL);
+    gt_gguf_free(&f); /* twice is harmless */
+    gt_gguf_free(NULL);
     free(c.alloc);
     free(b.p);
 }
 
 static void test_misc_api(void) {
-    CHECK(gguf_vtype_size(GGUF_VT_UINT8) == 1 && gguf_vtype_size(GGUF_VT_BOOL) == 1);
-    CHECK(gguf_vtype_size(GGUF_VT_INT16) == 2 && gguf_vtype_size(GGUF_VT_FLOAT32) == 4);
-    CHECK(gguf_vtype_size(GGUF_VT_FLOAT64) == 8 && gguf_vtype_size(GGUF_VT_INT64) == 8);
-    CHECK(gguf_vtype_size(GGUF_VT_STRING) == 0 && gguf_vtype_size(GGUF_VT_ARRAY) == 0);
-    CHECK(gguf_vtype_size(99) == 0);
-    CHECK(strcmp(gguf_vtype_name(GGUF_VT_STRING), "string") == 0);
-    CHECK(strcmp(gguf_vtype_name(GGUF_VT_FLOAT64), "float64") == 0);
-    CHECK(strcmp(gguf_vtype_name(1000), "unknown") == 0);
+    CHECK(gt_gguf_vtype_size(GGUF_VT_UINT8) == 1 && gt_gguf_vtype_size(GGUF_VT_BOOL) == 1);
+    CHECK(gt_gguf_vtype_size(GGUF_VT_INT16) == 2 && gt_gguf_vtype_size(GGUF_VT_FLOAT32) == 4);
+    CHECK(gt_gguf_vtype_size(GGUF_VT_FLOAT64) == 8 && gt_gguf_vtype_size(GGUF_VT_INT64) == 8);
+    CHECK(gt_gguf_vtype_size(GGUF_VT_STRING) == 0 && gt_gguf_vtype_size(GGUF_VT_ARRAY) == 0);
+    CHECK(gt_gguf_vtype_size(99) == 0);
+    CHECK(strcmp(gt_gguf_vtype_name(GGUF_VT_STRING), "string") == 0);
+    CHECK(strcmp(gt_gguf_vtype_name(GGUF_VT_FLOAT64), "float64") == 0);
+    CHECK(strcmp(gt_gguf_vtype_name(1000), "unknown") == 0);
     gt_str e = {"", 0};
     CHECK(gt_str_eq(e, "") && !gt_str_eq(e, "x"));
-    CHECK(gguf_owned_bytes(NULL) == 0);
-    CHECK(gguf_find_kv(NULL, "x") == NULL && gguf_find_tensor(NULL, "x") == NULL);
+    CHECK(gt_gguf_owned_bytes(NULL) == 0);
+    CHECK(gt_gguf_find_kv(NULL, "x") == NULL && gt_gguf_find_tensor(NULL, "x") == NULL);
 
     gt_err err = {0};
     gguf_file f;
-    CHECK(gguf_parse((const uint8_t *)"GGUF", 4, NULL, &err) == GEIST_ERR_INVALID_ARGUMENT);
-    CHECK(gguf_parse(NULL, 10, &f, &err) == GEIST_ERR_INVALID_ARGUMENT && all_zero(&f, sizeof f));
-    CHECK(gguf_parse(NULL, 0, &f, &err) == GEIST_ERR_BAD_FORMAT);
-    CHECK(gguf_parse(NULL, 0, &f, NULL) == GEIST_ERR_BAD_FORMAT); /* err is optional */
+    CHECK(gt_gguf_parse((const uint8_t *)"GGUF", 4, NULL, &err) == GEIST_ERR_INVALID_ARGUMENT);
+    CHECK(gt_gguf_parse(NULL, 10, &f, &err) == GEIST_ERR_INVALID_ARGUMENT && all_zero(&f, sizeof f));
+    CHECK(gt_gguf_parse(NULL, 0, &f, &err) == GEIST_ERR_BAD_FORMAT);
+    CHECK(gt_gguf_parse(NULL, 0, &f, NULL) == GEIST_ERR_BAD_FORMAT); /* err is optional */
 
     /* The smallest valid file: no metadata, no tensors. */
     buf b = {0};
@@ -492,10 +492,10 @@ static void test_misc_api(void) {
     put_u64(&b, 0);
     put_u64(&b, 0);
     copy c = make_copy(b.p, b.n, 0);
-    CHECK(gguf_parse(c.data, b.n, &f, &err) == GEIST_OK);
+    CHECK(gt_gguf_parse(c.data, b.n, &f, &err) == GEIST_OK);
     CHECK(f.n_kv == 0 && f.n_tensors == 0 && f.version == 2 && f.alignment == 32);
-    CHECK(gguf_find_kv(&f, "general.architecture") == NULL);
-    gguf_free(&f);
+    CHECK(gt_gguf_find_kv(&f, "general.architecture") == NULL);
+    gt_gguf_free(&f);
     free(c.alloc);
     free(b.p);
 }
@@ -510,7 +510,7 @@ static void test_truncations(void) {
         copy c = make_copy(b.p, cut, 0);
         gguf_file f;
         gt_err err = {0};
-        geist_status st = gguf_parse(cut ? c.data : NULL, cut, &f, &err);
+        geist_status st = gt_gguf_parse(cut ? c.data : NULL, cut, &f, &err);
         g_checks++;
         bool telling = strstr(err.msg, "truncated") || strstr(err.msg, "exceeds") ||
                        strstr(err.msg, "past end");
@@ -519,7 +519,7 @@ static void test_truncations(void) {
                    err.msg);
             g_failures++;
         }
-        if (st == GEIST_OK) gguf_free(&f);
+        if (st == GEIST_OK) gt_gguf_free(&f);
         free(c.alloc);
     }
     free(b.p);
@@ -647,13 +647,13 @@ static void test_alignment_variants(void) {
         copy c = make_copy(b.p, b.n, 3);
         gguf_file f;
         gt_err err = {0};
-        geist_status st = gguf_parse(c.data, b.n, &f, &err);
+        geist_status st = gt_gguf_parse(c.data, b.n, &f, &err);
         CHECK(st == GEIST_OK);
         if (st == GEIST_OK) {
             CHECK(f.alignment == cases[k].align);
             CHECK(f.data_offset % cases[k].align == 0 && f.data_offset == m.data_start);
             CHECK(f.tensors[2].data == c.data + m.data_start + 512);
-            gguf_free(&f);
+            gt_gguf_free(&f);
         } else {
             printf("  alignment case %zu: %s\n", k, err.msg);
         }
@@ -734,11 +734,11 @@ static void test_tensor_errors(void) {
     copy c = make_copy(b.p, b.n, 0);
     gguf_file f;
     gt_err err = {0};
-    CHECK(gguf_parse(c.data, b.n, &f, &err) == GEIST_OK);
+    CHECK(gt_gguf_parse(c.data, b.n, &f, &err) == GEIST_OK);
     if (f.tensors) {
         CHECK(f.tensors[1].type == GT_TYPE_Q2_K && f.tensors[1].nbytes == 2 * 84);
     }
-    gguf_free(&f);
+    gt_gguf_free(&f);
     free(c.alloc);
     free(b.p);
 }
@@ -765,14 +765,14 @@ static void test_random_corruption(void) {
         size_t n = (rnd() % 8 == 0) ? rnd() % b.n : b.n;
         gguf_file f;
         gt_err err = {0};
-        geist_status st = gguf_parse(c.data, n, &f, &err);
+        geist_status st = gt_gguf_parse(c.data, n, &f, &err);
         if (st == GEIST_OK) {
             ok++;
             for (uint64_t i = 0; i < f.n_tensors; i++) {
                 const gguf_tensor *t = &f.tensors[i];
                 CHECK(t->data >= c.data && t->data + t->nbytes <= c.data + n);
             }
-            gguf_free(&f);
+            gt_gguf_free(&f);
         } else {
             CHECK(err.msg[0] != '\0' && all_zero(&f, sizeof f));
         }

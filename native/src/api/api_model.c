@@ -201,7 +201,7 @@ geist_status geist_model_memory(const geist_model *m, geist_memory_report *out) 
     out->struct_size = sizeof *out;
     out->weights_aliased = m->weight_bytes;
     out->weights_owned = m->owned_weight_bytes;
-    out->metadata = gguf_owned_bytes(&m->gguf);
+    out->metadata = gt_gguf_owned_bytes(&m->gguf);
     out->tokenizer = gt_tokenizer_owned_bytes(m->tokenizer);
     out->rope_tables = 2 * (uint64_t)(m->cfg.n_rot / 2) * sizeof(float);
     out->other = sizeof *m + (uint64_t)m->cfg.n_layer * sizeof(gt_layer);
@@ -251,7 +251,7 @@ geist_status geist_model_info_json(const geist_model *m, char *buf, size_t cap, 
     const gt_config *c = &m->cfg;
     sbuf b = {buf, buf ? cap : 0, 0};
     gt_str name = {"", 0};
-    gguf_get_str(&m->gguf, "general.name", &name);
+    gt_gguf_get_str(&m->gguf, "general.name", &name);
     sb_printf(&b, "{\"architecture\": \"%s\", \"name\": ", c->arch_name);
     sb_json_str(&b, name.ptr, (size_t)name.len);
     sb_printf(&b,
@@ -292,7 +292,7 @@ geist_status geist_model_info_json(const geist_model *m, char *buf, size_t cap, 
 geist_status geist_model_meta(const geist_model *m, const char *key, char *buf, size_t cap,
                               size_t *needed) {
     if (!m || !key) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "model and key must not be NULL");
-    const gguf_kv *kv = gguf_find_kv(&m->gguf, key);
+    const gguf_kv *kv = gt_gguf_find_kv(&m->gguf, key);
     if (!kv) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "metadata key '%s' not found", key);
     sbuf b = {buf, buf ? cap : 0, 0};
     switch (kv->type) {
@@ -313,7 +313,7 @@ geist_status geist_model_meta(const geist_model *m, const char *key, char *buf, 
         break;
     default:
         sb_printf(&b, "[array of %llu %s]", (unsigned long long)kv->arr_len,
-                  gguf_vtype_name(kv->arr_type));
+                  gt_gguf_vtype_name(kv->arr_type));
     }
     return finish_buffer(&b, needed);
 }

@@ -9,20 +9,20 @@
 
 /* Text of token `id` from tokenizer.ggml.tokens (a string in the GGUF span). */
 static bool token_text(const gguf_file *f, uint32_t id, gt_str *out) {
-    const gguf_kv *kv = gguf_find_kv(f, "tokenizer.ggml.tokens");
+    const gguf_kv *kv = gt_gguf_find_kv(f, "tokenizer.ggml.tokens");
     if (!kv || kv->type != GGUF_VT_ARRAY || kv->arr_type != GGUF_VT_STRING || id >= kv->arr_len)
         return false;
     uint64_t cursor = 0;
     gt_str s;
     for (uint64_t i = 0; i <= id; i++)
-        if (!gguf_str_array_next(kv, &cursor, &s)) return false;
+        if (!gt_gguf_str_array_next(kv, &cursor, &s)) return false;
     *out = s;
     return true;
 }
 
 static bool special_text(const gguf_file *f, const char *key, gt_str *out) {
     uint32_t id;
-    return gguf_get_u32(f, key, &id) && token_text(f, id, out);
+    return gt_gguf_get_u32(f, key, &id) && token_text(f, id, out);
 }
 
 geist_status gt_chat_render(const geist_model *m, const char *tmpl, const geist_chat_message *msgs,
@@ -37,7 +37,7 @@ geist_status gt_chat_render(const geist_model *m, const char *tmpl, const geist_
     size_t src_len = tmpl ? strlen(tmpl) : 0;
     if (!tmpl) {
         gt_str s;
-        if (gguf_get_str(f, "tokenizer.chat_template", &s) && s.len > 0) {
+        if (gt_gguf_get_str(f, "tokenizer.chat_template", &s) && s.len > 0) {
             src = s.ptr;
             src_len = (size_t)s.len;
         } else {
@@ -97,7 +97,7 @@ geist_status gt_chat_stop_strings(const geist_model *m, const char **out, size_t
     const char *found[4];
     size_t count = 0;
     gt_str tmpl;
-    int family = gguf_get_str(f, "tokenizer.chat_template", &tmpl) && tmpl.len > 0
+    int family = gt_gguf_get_str(f, "tokenizer.chat_template", &tmpl) && tmpl.len > 0
                      ? gt_template_family_n(tmpl.ptr, (size_t)tmpl.len)
                      : gt_template_family(gt_template_chatml());
     const char *end = gt_template_family_end(family);

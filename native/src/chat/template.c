@@ -17,7 +17,7 @@ struct tp_block {
 
 #define TP_BLOCK_MIN (64u * 1024u)
 
-void *tp_alloc(tp_arena *a, size_t n) {
+void *gt_tp_alloc(tp_arena *a, size_t n) {
     size_t need = (n + 15u) & ~(size_t)15u;
     if (need < n) return NULL;
     a->hit_limit = false;
@@ -43,7 +43,7 @@ void *tp_alloc(tp_arena *a, size_t n) {
     return p;
 }
 
-void tp_arena_free(tp_arena *a) {
+void gt_tp_arena_free(tp_arena *a) {
     tp_block *b = a->head;
     while (b) {
         tp_block *next = b->next;
@@ -60,7 +60,7 @@ static bool ascii_space(unsigned char c) {
     return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20);
 }
 
-size_t tp_space_len(const char *s, size_t n) {
+size_t gt_tp_space_len(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     if (n == 0) return 0;
     if (ascii_space(u[0])) return 1;
@@ -76,16 +76,16 @@ size_t tp_space_len(const char *s, size_t n) {
     return 0;
 }
 
-size_t tp_space_len_back(const char *s, size_t n) {
+size_t gt_tp_space_len_back(const char *s, size_t n) {
     size_t total = 0;
     while (total < n) {
         size_t rem = n - total;
         size_t k = 0;
         if (ascii_space((unsigned char)s[rem - 1])) {
             k = 1;
-        } else if (rem >= 2 && tp_space_len(s + rem - 2, 2) == 2) {
+        } else if (rem >= 2 && gt_tp_space_len(s + rem - 2, 2) == 2) {
             k = 2;
-        } else if (rem >= 3 && tp_space_len(s + rem - 3, 3) == 3) {
+        } else if (rem >= 3 && gt_tp_space_len(s + rem - 3, 3) == 3) {
             k = 3;
         }
         if (!k) break;
@@ -97,7 +97,7 @@ size_t tp_space_len_back(const char *s, size_t n) {
 static size_t space_run(const char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
-        size_t k = tp_space_len(s + i, n - i);
+        size_t k = gt_tp_space_len(s + i, n - i);
         if (!k) break;
         i += k;
     }
@@ -156,7 +156,7 @@ static bool oom(tp_parser *P) {
 static tp_tok *push_tok(tp_parser *P, int type, size_t pos) {
     if (P->ntok == P->captok) {
         size_t cap = P->captok ? P->captok * 2 : 256;
-        tp_tok *t = tp_alloc(P->ar, cap * sizeof *t);
+        tp_tok *t = gt_tp_alloc(P->ar, cap * sizeof *t);
         if (!t) {
             oom(P);
             return NULL;
@@ -184,7 +184,7 @@ static bool push_text(tp_parser *P, size_t from, size_t to) {
         t->s.n = n;
         return true;
     }
-    char *d = tp_alloc(P->ar, n);
+    char *d = gt_tp_alloc(P->ar, n);
     if (!d) return oom(P);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -242,7 +242,7 @@ static bool lex_string(tp_parser *P, size_t *ip) {
     }
     if (j >= P->n) return fail(P, start, "unterminated string literal");
     /* decoded text is never longer than the source text */
-    char *d = tp_alloc(P->ar, j - i + 1);
+    char *d = gt_tp_alloc(P->ar, j - i + 1);
     if (!d) return oom(P);
     size_t k = 0;
     const char *s = P->src;
@@ -436,7 +436,7 @@ static bool lex_raw(tp_parser *P, size_t tag, size_t content, size_t *ip, bool *
         if (!raw_tag(s, n, body, "endraw", &end, &minus)) continue;
         size_t ts = content, te = k;
         if (strip_start) ts += space_run(s + ts, te - ts);
-        if (mod == '-') te -= tp_space_len_back(s + ts, te - ts);
+        if (mod == '-') te -= gt_tp_space_len_back(s + ts, te - ts);
         if (ts < te && !push_text(P, ts, te)) return false;
         *lstrip_next = minus;
         *ip = end;
@@ -457,7 +457,7 @@ static bool lex_all(tp_parser *P) {
             kind = s[j + 1];
             mod = j + 2 < n ? s[j + 2] : 0;
             if (mod == '-') {
-                te -= tp_space_len_back(s + ts, te - ts);
+                te -= gt_tp_space_len_back(s + ts, te - ts);
             } else if (P->opts->lstrip_blocks && kind != '{' && mod != '+') {
                 /* only spaces/tabs between the line start and the tag */
                 size_t k = te;
@@ -548,7 +548,7 @@ static bool expect_type(tp_parser *P, int type, const char *what) {
 }
 
 static tp_node *node(tp_parser *P, int kind, size_t pos) {
-    tp_node *x = tp_alloc(P->ar, sizeof *x);
+    tp_node *x = gt_tp_alloc(P->ar, sizeof *x);
     if (!x) {
         oom(P);
         return NULL;
@@ -576,7 +576,7 @@ typedef struct nvec {
 static bool nvec_push(tp_parser *P, nvec *a, tp_node *x) {
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 8;
-        tp_node **v = tp_alloc(P->ar, cap * sizeof *v);
+        tp_node **v = gt_tp_alloc(P->ar, cap * sizeof *v);
         if (!v) return oom(P);
         if (a->n) memcpy(v, a->v, a->n * sizeof *v);
         a->v = v;
@@ -616,7 +616,7 @@ static bool parse_args(tp_parser *P, tp_node *x) {
             if (!v) return false;
             if (kwv.n == kwcap) {
                 size_t cap = kwcap ? kwcap * 2 : 4;
-                tp_str *nk = tp_alloc(P->ar, cap * sizeof *nk);
+                tp_str *nk = gt_tp_alloc(P->ar, cap * sizeof *nk);
                 if (!nk) return oom(P);
                 if (kwv.n) memcpy(nk, kwn, kwv.n * sizeof *nk);
                 kwn = nk;
@@ -794,7 +794,7 @@ static tp_node *parse_filters(tp_parser *P, tp_node *x) {
                 if (arg) arg = parse_postfix(P, arg);
                 leave(P);
                 if (!arg) return NULL;
-                y->list = tp_alloc(P->ar, sizeof *y->list);
+                y->list = gt_tp_alloc(P->ar, sizeof *y->list);
                 if (!y->list) {
                     oom(P);
                     return NULL;
@@ -864,7 +864,7 @@ static tp_node *parse_primary(tp_parser *P) {
         if (peek(P)->type == T_STRING) { /* adjacent literals concatenate */
             size_t total = s.n;
             for (size_t q = P->cur; P->toks[q].type == T_STRING; q++) total += P->toks[q].s.n;
-            char *d = tp_alloc(P->ar, total + 1);
+            char *d = gt_tp_alloc(P->ar, total + 1);
             if (!d) {
                 oom(P);
                 return NULL;
@@ -1059,7 +1059,7 @@ static tp_node *parse_compare(tp_parser *P) {
         if (!r) return NULL;
         if (rhs.n == opcap) {
             size_t cap = opcap ? opcap * 2 : 4;
-            int *no = tp_alloc(P->ar, cap * sizeof *no);
+            int *no = gt_tp_alloc(P->ar, cap * sizeof *no);
             if (!no) {
                 oom(P);
                 return NULL;
@@ -1398,10 +1398,10 @@ geist_status gt_template_render(const char *tmpl, size_t len, const gt_tmpl_ctx 
         st = P.status;
         goto done;
     }
-    st = tp_render_tree(root, ctx, &ar, out, out_len, err);
+    st = gt_tp_render_tree(root, ctx, &ar, out, out_len, err);
 done:
     if (st == GEIST_OK && P.status != GEIST_OK) st = P.status;
-    tp_arena_free(&ar);
+    gt_tp_arena_free(&ar);
     return st;
 }
 

@@ -67,7 +67,7 @@ static bool tick(ev *E, const tp_node *at, uint64_t n) {
 }
 
 static void *alloc(ev *E, size_t n) {
-    void *p = tp_alloc(E->ar, n);
+    void *p = gt_tp_alloc(E->ar, n);
     if (!p) eoom(E);
     return p;
 }
@@ -694,7 +694,7 @@ static tp_str strip(tp_str s, const tp_str *chars, bool left, bool right) {
     if (left) {
         while (s.n) {
             size_t k = chars ? (cp_in_set(s.p, cp_len(s.p, s.n), *chars) ? cp_len(s.p, s.n) : 0)
-                             : tp_space_len(s.p, s.n);
+                             : gt_tp_space_len(s.p, s.n);
             if (!k) break;
             s.p += k;
             s.n -= k;
@@ -704,7 +704,7 @@ static tp_str strip(tp_str s, const tp_str *chars, bool left, bool right) {
         while (s.n) {
             size_t k;
             if (!chars) {
-                k = tp_space_len_back(s.p, s.n);
+                k = gt_tp_space_len_back(s.p, s.n);
                 s.n -= k;
                 break;
             }
@@ -790,7 +790,7 @@ static bool str_split(ev *E, const tp_node *at, tp_str s, const tp_str *sep, int
         bool last = false;
         if (!sep) {
             while (i < s.n) {
-                size_t k = tp_space_len(s.p + i, s.n - i);
+                size_t k = gt_tp_space_len(s.p + i, s.n - i);
                 if (!k) break;
                 i += k;
             }
@@ -800,7 +800,7 @@ static bool str_split(ev *E, const tp_node *at, tp_str s, const tp_str *sep, int
                 last = true;
             } else {
                 size_t j = i;
-                while (j < s.n && !tp_space_len(s.p + j, s.n - j)) j += cp_len(s.p + j, s.n - j);
+                while (j < s.n && !gt_tp_space_len(s.p + j, s.n - j)) j += cp_len(s.p + j, s.n - j);
                 piece.p = s.p + i;
                 piece.n = j - i;
                 i = j;
@@ -1904,7 +1904,7 @@ static bool add_global_fn(ev *E, const char *name, int fn) {
     return set_var(E, cstr(name), v);
 }
 
-geist_status tp_render_tree(const tp_node *root, const gt_tmpl_ctx *ctx, tp_arena *ar,
+geist_status gt_tp_render_tree(const tp_node *root, const gt_tmpl_ctx *ctx, tp_arena *ar,
                             char **out, size_t *out_len, gt_err *err) {
     ev E;
     memset(&E, 0, sizeof E);

@@ -17,8 +17,8 @@ typedef struct tp_arena {
     bool hit_limit;   /* the last failure was the limit, not malloc */
 } tp_arena;
 
-void *tp_alloc(tp_arena *a, size_t n); /* zeroed, 16-aligned; NULL on failure */
-void tp_arena_free(tp_arena *a);
+void *gt_tp_alloc(tp_arena *a, size_t n); /* zeroed, 16-aligned; NULL on failure */
+void gt_tp_arena_free(tp_arena *a);
 
 typedef struct tp_str {
     const char *p;
@@ -92,12 +92,12 @@ struct tp_node {
 };
 
 /* Evaluates the parsed template into a malloc'd string (template_eval.c). */
-geist_status tp_render_tree(const tp_node *root, const gt_tmpl_ctx *ctx, tp_arena *ar,
+geist_status gt_tp_render_tree(const tp_node *root, const gt_tmpl_ctx *ctx, tp_arena *ar,
                             char **out, size_t *out_len, gt_err *err);
 
 /* Python's str.isspace() for the code point at s (returns its byte length, 0 if not space). */
-size_t tp_space_len(const char *s, size_t n);
+size_t gt_tp_space_len(const char *s, size_t n);
 /* Length of the whitespace run that ends at s+n (scanning backwards). */
-size_t tp_space_len_back(const char *s, size_t n);
+size_t gt_tp_space_len_back(const char *s, size_t n);
 
 #endif

@@ -28,7 +28,7 @@ bool gt_str_eq(gt_str s, const char *cstr) {
     return n == 0 || memcmp(s.ptr, cstr, n) == 0;
 }
 
-size_t gguf_vtype_size(uint32_t type) {
+size_t gt_gguf_vtype_size(uint32_t type) {
     switch (type) {
     case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
     case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
@@ -38,7 +38,7 @@ size_t gguf_vtype_size(uint32_t type) {
     }
 }
 
-const char *gguf_vtype_name(uint32_t type) {
+const char *gt_gguf_vtype_name(uint32_t type) {
     static const char *const names[GGUF_VT_COUNT] = {
         "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
         "bool", "string", "array", "uint64", "int64", "float64",
@@ -161,8 +161,8 @@ static geist_status rd_str(rd *r, gt_str *out, const char *ctx, const char *what
 
 /* Reads one scalar of type t (not STRING/ARRAY) into kv->v. */
 static geist_status rd_scalar(rd *r, uint32_t t, gguf_kv *kv, const char *ctx) {
-    size_t sz = gguf_vtype_size(t);
-    geist_status st = rd_need(r, sz, ctx, gguf_vtype_name(t));
+    size_t sz = gt_gguf_vtype_size(t);
+    geist_status st = rd_need(r, sz, ctx, gt_gguf_vtype_name(t));
     if (st != GEIST_OK) return st;
     const uint8_t *p = r->base + r->pos;
     switch (t) {
@@ -228,11 +228,11 @@ static geist_status rd_array(rd *r, gguf_kv *kv, const char *ctx) {
             r->pos += len;
         }
     } else {
-        uint64_t esz = gguf_vtype_size(et);
+        uint64_t esz = gt_gguf_vtype_size(et);
         if (n > rd_left(r) / esz) {
             return gt_fail(r->err, GEIST_ERR_BAD_FORMAT,
                            "%s: array length %llu of %s exceeds remaining %llu bytes", ctx,
-                           (unsigned long long)n, gguf_vtype_name(et),
+                           (unsigned long long)n, gt_gguf_vtype_name(et),
                            (unsigned long long)rd_left(r));
         }
         uint64_t bytes = n * esz; /* cannot overflow: n * esz <= bytes left */
@@ -356,12 +356,12 @@ static geist_status parse_kvs(rd *r, gguf_file *f) {
 
 static geist_status read_alignment(gguf_file *f, gt_err *err) {
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
-    const gguf_kv *kv = gguf_find_kv(f, "general.alignment");
+    const gguf_kv *kv = gt_gguf_find_kv(f, "general.alignment");
     if (!kv) return GEIST_OK;
     if (!vt_is_unsigned(kv->type)) {
         return gt_fail(err, GEIST_ERR_BAD_FORMAT,
                        "general.alignment has type %s; expected an unsigned integer",
-                       gguf_vtype_name(kv->type));
+                       gt_gguf_vtype_name(kv->type));
     }
     uint64_t a = kv->v.u;
     if (a == 0 || (a & (a - 1)) != 0) {
@@ -575,11 +575,11 @@ static geist_status parse_all(gguf_file *f, gt_err *err) {
     return check_tensor_data(f, err);
 }
 
-geist_status gguf_parse(const uint8_t *base, size_t size, gguf_file *out, gt_err *err) {
-    if (!out) return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "gguf_parse: out is NULL");
+geist_status gt_gguf_parse(const uint8_t *base, size_t size, gguf_file *out, gt_err *err) {
+    if (!out) return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "gt_gguf_parse: out is NULL");
     memset(out, 0, sizeof *out);
     if (!base && size > 0) {
-        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "gguf_parse: NULL data with size %llu",
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "gt_gguf_parse: NULL data with size %llu",
                        (unsigned long long)size);
     }
     if (!base) base = (const uint8_t *)""; /* empty span: fails below as truncated */
@@ -589,21 +589,21 @@ geist_status gguf_parse(const uint8_t *base, size_t size, gguf_file *out, gt_err
     f.size = size;
     geist_status st = parse_all(&f, err);
     if (st != GEIST_OK) {
-        gguf_free(&f);
+        gt_gguf_free(&f);
         return st;
     }
     *out = f;
     return GEIST_OK;
 }
 
-void gguf_free(gguf_file *f) {
+void gt_gguf_free(gguf_file *f) {
     if (!f) return;
     free(f->kv);
     free(f->tensors);
     memset(f, 0, sizeof *f);
 }
 
-uint64_t gguf_owned_bytes(const gguf_file *f) {
+uint64_t gt_gguf_owned_bytes(const gguf_file *f) {
     if (!f || (!f->kv && !f->tensors)) return 0;
     /* gt_calloc allocates one byte for an empty table. */
     uint64_t kv = f->n_kv ? f->n_kv * sizeof(gguf_kv) : 1;
@@ -611,7 +611,7 @@ uint64_t gguf_owned_bytes(const gguf_file *f) {
     return kv + t;
 }
 
-const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key) {
+const gguf_kv *gt_gguf_find_kv(const gguf_file *f, const char *key) {
     if (!f || !key) return NULL;
     for (uint64_t i = 0; i < f->n_kv; i++) {
         if (gt_str_eq(f->kv[i].key, key)) return &f->kv[i];
@@ -619,7 +619,7 @@ const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key) {
     return NULL;
 }
 
-const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
+const gguf_tensor *gt_gguf_find_tensor(const gguf_file *f, const char *name) {
     if (!f || !name) return NULL;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         if (gt_str_eq(f->tensors[i].name, name)) return &f->tensors[i];
@@ -643,8 +643,8 @@ static bool kv_int(const gguf_kv *kv, bool *neg, uint64_t *mag) {
     return false;
 }
 
-bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+bool gt_gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
+    const gguf_kv *kv = gt_gguf_find_kv(f, key);
     bool neg;
     uint64_t m;
     if (!kv || !kv_int(kv, &neg, &m) || neg || m > UINT32_MAX) return false;
@@ -652,8 +652,8 @@ bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
     return true;
 }
 
-bool gguf_get_i32(const gguf_file *f, const char *key, int32_t *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+bool gt_gguf_get_i32(const gguf_file *f, const char *key, int32_t *out) {
+    const gguf_kv *kv = gt_gguf_find_kv(f, key);
     bool neg;
     uint64_t m;
     if (!kv || !kv_int(kv, &neg, &m)) return false;
@@ -662,8 +662,8 @@ bool gguf_get_i32(const gguf_file *f, const char *key, int32_t *out) {
     return true;
 }
 
-bool gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+bool gt_gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out) {
+    const gguf_kv *kv = gt_gguf_find_kv(f, key);
     bool neg;
     uint64_t m;
     if (!kv || !kv_int(kv, &neg, &m) || neg) return false;
@@ -671,28 +671,28 @@ bool gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out) {
     return true;
 }
 
-bool gguf_get_f32(const gguf_file *f, const char *key, float *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+bool gt_gguf_get_f32(const gguf_file *f, const char *key, float *out) {
+    const gguf_kv *kv = gt_gguf_find_kv(f, key);
     if (!kv || !vt_is_float(kv->type)) return false;
     if (out) *out = (float)kv->v.f;
     return true;
 }
 
-bool gguf_get_bool(const gguf_file *f, const char *key, bool *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+bool gt_gguf_get_bool(const gguf_file *f, const char *key, bool *out) {
+    const gguf_kv *kv = gt_gguf_find_kv(f, key);
     if (!kv || kv->type != GGUF_VT_BOOL) return false;
     if (out) *out = kv->v.b;
     return true;
 }
 
-bool gguf_get_str(const gguf_file *f, const char *key, gt_str *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+bool gt_gguf_get_str(const gguf_file *f, const char *key, gt_str *out) {
+    const gguf_kv *kv = gt_gguf_find_kv(f, key);
     if (!kv || kv->type != GGUF_VT_STRING) return false;
     if (out) *out = kv->v.s;
     return true;
 }
 
-bool gguf_str_array_next(const gguf_kv *kv, uint64_t *cursor, gt_str *out) {
+bool gt_gguf_str_array_next(const gguf_kv *kv, uint64_t *cursor, gt_str *out) {
     if (!kv || !cursor || kv->type != GGUF_VT_ARRAY || kv->arr_type != GGUF_VT_STRING) return false;
     /* The cursor is a byte offset into the array payload; re-check it so a stray cursor value
      * cannot read outside the (validated) payload. */
@@ -711,7 +711,7 @@ bool gguf_str_array_next(const gguf_kv *kv, uint64_t *cursor, gt_str *out) {
 /* Element i of a numeric array; false if out of range or not numeric. */
 static bool arr_elem(const gguf_kv *kv, uint64_t i, gguf_kv *val) {
     if (!kv || kv->type != GGUF_VT_ARRAY || i >= kv->arr_len) return false;
-    size_t esz = gguf_vtype_size(kv->arr_type);
+    size_t esz = gt_gguf_vtype_size(kv->arr_type);
     if (esz == 0) return false;
     rd r = {kv->arr_data + i * esz, esz, 0, NULL};
     memset(val, 0, sizeof *val);
@@ -719,7 +719,7 @@ static bool arr_elem(const gguf_kv *kv, uint64_t i, gguf_kv *val) {
     return rd_scalar(&r, kv->arr_type, val, "array element") == GEIST_OK;
 }
 
-double gguf_array_f64(const gguf_kv *kv, uint64_t i) {
+double gt_gguf_array_f64(const gguf_kv *kv, uint64_t i) {
     gguf_kv v;
     if (!arr_elem(kv, i, &v)) return 0.0;
     if (vt_is_unsigned(v.type)) return (double)v.v.u;
@@ -728,7 +728,7 @@ double gguf_array_f64(const gguf_kv *kv, uint64_t i) {
     return v.v.b ? 1.0 : 0.0;
 }
 
-int64_t gguf_array_i64(const gguf_kv *kv, uint64_t i) {
+int64_t gt_gguf_array_i64(const gguf_kv *kv, uint64_t i) {
     gguf_kv v;
     if (!arr_elem(kv, i, &v)) return 0;
     if (vt_is_unsigned(v.type)) return v.v.u > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v.v.u;

@@ -42,7 +42,7 @@ typedef struct gguf_kv {
     } v;
     /* Array value (type == ARRAY): element type, count, and the first element's bytes in the
      * span. Arrays of strings are validated element by element at parse time; walk them with
-     * gguf_str_array_next(). Arrays of arrays are rejected as unsupported. */
+     * gt_gguf_str_array_next(). Arrays of arrays are rejected as unsupported. */
     uint32_t arr_type;
     uint64_t arr_len;
     const uint8_t *arr_data;
@@ -81,34 +81,34 @@ typedef struct gguf_file {
  * (non-zero power of two), dims (1..4, each >= 1, element count without overflow, ne[0] a multiple
  * of the type's block size), known tensor type, each tensor's offset aligned and its data range
  * inside the span, no two tensors overlapping. */
-geist_status gguf_parse(const uint8_t *base, size_t size, gguf_file *out, gt_err *err);
-void gguf_free(gguf_file *f);
+geist_status gt_gguf_parse(const uint8_t *base, size_t size, gguf_file *out, gt_err *err);
+void gt_gguf_free(gguf_file *f);
 
 /* Bytes this parse allocated (index tables), for memory accounting. */
-uint64_t gguf_owned_bytes(const gguf_file *f);
+uint64_t gt_gguf_owned_bytes(const gguf_file *f);
 
-const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
-const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+const gguf_kv *gt_gguf_find_kv(const gguf_file *f, const char *key);
+const gguf_tensor *gt_gguf_find_tensor(const gguf_file *f, const char *name);
 
 /* Typed getters. Return false if the key is absent or its value does not convert exactly
  * (integers of any width are accepted when in range; floats from FLOAT32/FLOAT64). */
-bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
-bool gguf_get_i32(const gguf_file *f, const char *key, int32_t *out);
-bool gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out);
-bool gguf_get_f32(const gguf_file *f, const char *key, float *out);
-bool gguf_get_bool(const gguf_file *f, const char *key, bool *out);
-bool gguf_get_str(const gguf_file *f, const char *key, gt_str *out);
+bool gt_gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
+bool gt_gguf_get_i32(const gguf_file *f, const char *key, int32_t *out);
+bool gt_gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out);
+bool gt_gguf_get_f32(const gguf_file *f, const char *key, float *out);
+bool gt_gguf_get_bool(const gguf_file *f, const char *key, bool *out);
+bool gt_gguf_get_str(const gguf_file *f, const char *key, gt_str *out);
 
 /* Walks an array of strings: *cursor starts at 0; each call writes the next element and advances.
  * Returns false at the end. The array was validated at parse time. */
-bool gguf_str_array_next(const gguf_kv *kv, uint64_t *cursor, gt_str *out);
+bool gt_gguf_str_array_next(const gguf_kv *kv, uint64_t *cursor, gt_str *out);
 
 /* Element i of a numeric array as double/int64 (i < arr_len, element type numeric). */
-double gguf_array_f64(const gguf_kv *kv, uint64_t i);
-int64_t gguf_array_i64(const gguf_kv *kv, uint64_t i);
+double gt_gguf_array_f64(const gguf_kv *kv, uint64_t i);
+int64_t gt_gguf_array_i64(const gguf_kv *kv, uint64_t i);
 
 /* Size in bytes of one value of a scalar type (0 for STRING/ARRAY/unknown). */
-size_t gguf_vtype_size(uint32_t type);
-const char *gguf_vtype_name(uint32_t type);
+size_t gt_gguf_vtype_size(uint32_t type);
+const char *gt_gguf_vtype_name(uint32_t type);
 
 #endif

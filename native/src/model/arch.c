@@ -18,13 +18,13 @@ static const arch_desc k_archs[] = {{"llama", GT_ARCH_LLAMA}, {"gemma3", GT_ARCH
 static bool key_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    return gguf_get_u32(f, key, out);
+    return gt_gguf_get_u32(f, key, out);
 }
 
 static bool key_f32(const gguf_file *f, const char *arch, const char *suffix, float *out) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    return gguf_get_f32(f, key, out);
+    return gt_gguf_get_f32(f, key, out);
 }
 
 static geist_status need_u32(const gguf_file *f, const char *arch, const char *suffix,
@@ -44,7 +44,7 @@ static geist_status need_u32(const gguf_file *f, const char *arch, const char *s
 static geist_status bind_weight(geist_model *m, const char *name, int64_t n_in, int64_t n_out,
                                 bool optional, gt_weight *w, gt_err *err) {
     memset(w, 0, sizeof *w);
-    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    const gguf_tensor *t = gt_gguf_find_tensor(&m->gguf, name);
     if (!t) {
         if (optional) return GEIST_OK;
         return gt_fail(err, GEIST_ERR_BAD_FORMAT, "missing tensor '%s'", name);
@@ -73,7 +73,7 @@ static geist_status bind_weight(geist_model *m, const char *name, int64_t n_in, 
 static geist_status bind_vec(geist_model *m, const char *name, int64_t n, bool optional,
                              gt_vec *v, gt_err *err) {
     memset(v, 0, sizeof *v);
-    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    const gguf_tensor *t = gt_gguf_find_tensor(&m->gguf, name);
     if (!t) {
         if (optional) return GEIST_OK;
         return gt_fail(err, GEIST_ERR_BAD_FORMAT, "missing tensor '%s'", name);
@@ -106,7 +106,7 @@ static geist_status read_config(geist_model *m, gt_err *err) {
     const gguf_file *f = &m->gguf;
     gt_config *c = &m->cfg;
     gt_str arch;
-    if (!gguf_get_str(f, "general.architecture", &arch))
+    if (!gt_gguf_get_str(f, "general.architecture", &arch))
         return gt_fail(err, GEIST_ERR_BAD_FORMAT, "missing metadata key 'general.architecture'");
     bool found = false;
     for (size_t i = 0; i < sizeof k_archs / sizeof k_archs[0]; i++) {
@@ -152,14 +152,14 @@ static geist_status read_config(geist_model *m, gt_err *err) {
     char key[128];
     gt_str stype;
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-    bool has_type = gguf_get_str(f, key, &stype);
+    bool has_type = gt_gguf_get_str(f, key, &stype);
     if (key_f32(f, a, "rope.scaling.factor", &factor) && factor > 0.0f && factor != 1.0f) {
         if (has_type && !gt_str_eq(stype, "linear"))
             return gt_fail(err, GEIST_ERR_UNSUPPORTED, "rope scaling type '%.*s' is not supported",
                            (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
         c->rope_scale_global = 1.0f / factor;
     }
-    if (gguf_find_tensor(f, "rope_freqs.weight"))
+    if (gt_gguf_find_tensor(f, "rope_freqs.weight"))
         return gt_fail(err, GEIST_ERR_UNSUPPORTED, "rope_freqs (llama 3.1 rope scaling) is not supported yet");
     c->sliding_window = 0;
     c->embed_scale = 1.0f;
@@ -196,7 +196,7 @@ geist_status gt_arch_load(geist_model *m, gt_err *err) {
     geist_status st = read_config(m, err);
     if (st) return st;
     gt_config *c = &m->cfg;
-    const gguf_tensor *emb = gguf_find_tensor(&m->gguf, "token_embd.weight");
+    const gguf_tensor *emb = gt_gguf_find_tensor(&m->gguf, "token_embd.weight");
     if (!emb) return gt_fail(err, GEIST_ERR_BAD_FORMAT, "missing tensor 'token_embd.weight'");
     if (emb->ne[1] == 0 || emb->ne[1] > (1u << 24))
         return gt_fail(err, GEIST_ERR_BAD_FORMAT, "token_embd.weight has an invalid vocabulary size");
@@ -204,7 +204,7 @@ geist_status gt_arch_load(geist_model *m, gt_err *err) {
     uint32_t vs;
     char key[128];
     snprintf(key, sizeof key, "%s.vocab_size", c->arch_name);
-    if (gguf_get_u32(&m->gguf, key, &vs) && vs != (uint32_t)c->n_vocab)
+    if (gt_gguf_get_u32(&m->gguf, key, &vs) && vs != (uint32_t)c->n_vocab)
         return gt_fail(err, GEIST_ERR_BAD_FORMAT, "%s = %u disagrees with token_embd rows %d", key,
                        vs, c->n_vocab);
     const int64_t d = c->d_model, q_dim = (int64_t)c->n_head * c->head_dim_k,

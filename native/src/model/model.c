@@ -29,7 +29,7 @@ static void model_destroy(geist_model *m) {
     if (!m) return;
     if (m->tokenizer_free) m->tokenizer_free(m->tokenizer);
     gt_arch_free(m);
-    gguf_free(&m->gguf);
+    gt_gguf_free(&m->gguf);
     if (m->map) munmap(m->map, m->map_size);
     pthread_mutex_destroy(&m->err_lock);
     geist_engine *e = m->engine;
@@ -54,7 +54,7 @@ geist_status gt_model_create(geist_engine *engine, const void *data, size_t size
     m->backend = engine->backend;
     m->map = map;
     m->map_size = map ? size : 0;
-    geist_status st = gguf_parse(data, size, &m->gguf, err);
+    geist_status st = gt_gguf_parse(data, size, &m->gguf, err);
     if (!st) m->identity = gt_hash64(GT_HASH64_INIT, data, (size_t)m->gguf.data_offset);
     if (!st) st = gt_arch_load(m, err);
     if (st) {

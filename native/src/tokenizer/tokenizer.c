@@ -256,12 +256,12 @@ static geist_status setup_special(gt_tokenizer *t, const gguf_file *f, gt_err *e
         int32_t *id = keys[i].id;
         if (*id >= n) *id = -1; /* a default outside the vocabulary is dropped */
         uint32_t v;
-        if (gguf_get_u32(f, keys[i].key, &v) && v < (uint32_t)n) *id = (int32_t)v;
+        if (gt_gguf_get_u32(f, keys[i].key, &v) && v < (uint32_t)n) *id = (int32_t)v;
     }
 
     bool b;
-    if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b)) t->add_bos = b;
-    if (gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b)) t->add_eos = b;
+    if (gt_gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b)) t->add_bos = b;
+    if (gt_gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b)) t->add_eos = b;
     if (t->add_bos && t->bos < 0)
         return gt_fail(err, GEIST_ERR_BAD_FORMAT,
                        "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id "
@@ -457,7 +457,7 @@ static geist_status string_offsets(const gguf_kv *kv, const char *what, uint32_t
     uint64_t cursor = 0;
     gt_str s;
     for (uint64_t i = 0; i < kv->arr_len; i++) {
-        if (!gguf_str_array_next(kv, &cursor, &s)) {
+        if (!gt_gguf_str_array_next(kv, &cursor, &s)) {
             free(off);
             return gt_fail(err, GEIST_ERR_BAD_FORMAT, "%s: string array ends early", what);
         }
@@ -469,7 +469,7 @@ static geist_status string_offsets(const gguf_kv *kv, const char *what, uint32_t
 }
 
 static geist_status setup_vocab(gt_tokenizer *t, const gguf_file *f, gt_err *err) {
-    const gguf_kv *toks = gguf_find_kv(f, "tokenizer.ggml.tokens");
+    const gguf_kv *toks = gt_gguf_find_kv(f, "tokenizer.ggml.tokens");
     if (!toks)
         return gt_fail(err, GEIST_ERR_BAD_FORMAT, "tokenizer.ggml.tokens is missing");
     if (toks->type != GGUF_VT_ARRAY || toks->arr_type != GGUF_VT_STRING)
@@ -483,7 +483,7 @@ static geist_status setup_vocab(gt_tokenizer *t, const gguf_file *f, gt_err *err
     if (st) return st;
     t->owned += (uint64_t)t->n_vocab * sizeof(uint32_t);
 
-    const gguf_kv *sc = gguf_find_kv(f, "tokenizer.ggml.scores");
+    const gguf_kv *sc = gt_gguf_find_kv(f, "tokenizer.ggml.scores");
     if (sc) {
         if (sc->type != GGUF_VT_ARRAY ||
             (sc->arr_type != GGUF_VT_FLOAT32 && sc->arr_type != GGUF_VT_INT32))
@@ -500,7 +500,7 @@ static geist_status setup_vocab(gt_tokenizer *t, const gguf_file *f, gt_err *err
     t->attr = malloc(t->n_vocab);
     if (!t->attr) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (tokenizer)");
     t->owned += t->n_vocab;
-    const gguf_kv *tt = gguf_find_kv(f, "tokenizer.ggml.token_type");
+    const gguf_kv *tt = gt_gguf_find_kv(f, "tokenizer.ggml.token_type");
     if (tt && (tt->type != GGUF_VT_ARRAY || tt->arr_type != GGUF_VT_INT32))
         return gt_fail(err, GEIST_ERR_BAD_FORMAT, "tokenizer.ggml.token_type is not an i32 array");
     if (tt && tt->arr_len < t->n_vocab)
@@ -563,7 +563,7 @@ static geist_status setup_vocab(gt_tokenizer *t, const gguf_file *f, gt_err *err
 }
 
 static geist_status setup_merges(gt_tokenizer *t, const gguf_file *f, gt_err *err) {
-    const gguf_kv *mk = gguf_find_kv(f, "tokenizer.ggml.merges");
+    const gguf_kv *mk = gt_gguf_find_kv(f, "tokenizer.ggml.merges");
     if (!mk) return gt_fail(err, GEIST_ERR_BAD_FORMAT, "tokenizer.ggml.merges is missing");
     if (mk->type != GGUF_VT_ARRAY || mk->arr_type != GGUF_VT_STRING)
         return gt_fail(err, GEIST_ERR_BAD_FORMAT, "tokenizer.ggml.merges is not a string array");
@@ -615,8 +615,8 @@ geist_status gt_tokenizer_create(const gguf_file *f, gt_tokenizer **out, gt_err 
     if (!f || !out) return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "tokenizer: NULL argument");
     *out = NULL;
     gt_str model;
-    if (!gguf_get_str(f, "tokenizer.ggml.model", &model)) {
-        if (gguf_find_kv(f, "tokenizer.ggml.model"))
+    if (!gt_gguf_get_str(f, "tokenizer.ggml.model", &model)) {
+        if (gt_gguf_find_kv(f, "tokenizer.ggml.model"))
             return gt_fail(err, GEIST_ERR_BAD_FORMAT, "tokenizer.ggml.model is not a string");
         return GEIST_OK; /* no tokenizer: the model runs on ids */
     }
@@ -628,7 +628,7 @@ geist_status gt_tokenizer_create(const gguf_file *f, gt_tokenizer **out, gt_err 
     t->eot = t->eom = t->pad = -1;
     geist_status st = GEIST_OK;
     gt_str pre = {"", 0};
-    bool has_pre = gguf_get_str(f, "tokenizer.ggml.pre", &pre);
+    bool has_pre = gt_gguf_get_str(f, "tokenizer.ggml.pre", &pre);
     if (gt_str_eq(model, "llama")) {
         t->type = GT_VOCAB_SPM;
         t->bos = 1;
@@ -659,7 +659,7 @@ geist_status gt_tokenizer_create(const gguf_file *f, gt_tokenizer **out, gt_err 
         goto fail;
     }
     bool b;
-    if (gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b)) t->add_space_prefix = b;
+    if (gt_gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b)) t->add_space_prefix = b;
 
     if ((st = setup_vocab(t, f, err))) goto fail;
     if (t->type == GT_VOCAB_BPE && (st = setup_merges(t, f, err))) goto fail;
