@@ -576,10 +576,10 @@ static geist_status parse_all(gguf_file *f, gt_err *err) {
 }
 
 geist_status gt_gguf_parse(const uint8_t *base, size_t size, gguf_file *out, gt_err *err) {
-    if (!out) return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "gt_gguf_parse: out is NULL");
+    if (!out) return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "gguf_parse: out is NULL");
     memset(out, 0, sizeof *out);
     if (!base && size > 0) {
-        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "gt_gguf_parse: NULL data with size %llu",
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "gguf_parse: NULL data with size %llu",
                        (unsigned long long)size);
     }
     if (!base) base = (const uint8_t *)""; /* empty span: fails below as truncated */
