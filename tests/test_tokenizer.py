@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import geist
 from conftest import REFERENCE_DIR, reference_json
 from geist._binding import ffi, lib
-from geist.generate import StreamDetokenizer
+from geist.text import StreamDetokenizer
 
 MODELS = ["smollm2", "gemma3"]
 

@@ -3,16 +3,10 @@
  * The Godot classes only talk to this interface: submit a chat request on a session, cancel it,
  * free a session that may be generating, and poll events on the main thread. Behind it is the
  * core's runtime (geist_submit / geist_poll / geist_cancel): the engine's scheduler thread runs
- * the requests of all sessions together (batched decode, priorities, budget); this layer adds
- * what a chat front end needs on top:
- *  - KV reuse across turns: the whole conversation is rendered with the chat template and
- *    tokenized, compared with the ids the session holds (geist_session_tokens), the session is
- *    rewound to the common prefix (geist_session_truncate; reset if refused) and only the rest is
- *    submitted as ids;
- *  - trimming: when the conversation does not fit the cap, the oldest turns go (the first system
- *    message stays);
- *  - the model's stop strings (geist_chat_stop_strings) on every request;
- *  - per-request timings measured on the polling thread (see gr_event). */
+ * the requests of all sessions together (batched decode, priorities, budget) and applies the
+ * core's conversation policy (template, KV reuse across turns, trimming, stop strings). This
+ * layer adds only the busy flag per session and per-request timings measured on the polling
+ * thread (see gr_event). */
 #ifndef GD_RUNTIME_H
 #define GD_RUNTIME_H
 
@@ -32,7 +26,7 @@ typedef struct gr_msg {
 typedef struct gr_request {
     const gr_msg *messages; /* the whole conversation; rendered with the model's chat template */
     size_t n_messages;
-    int32_t trim; /* drop the oldest turns (not the first system message) until it fits */
+    int32_t trim; /* the core's context policy may drop the oldest turns (not the persona) */
     geist_sampler_options sampler;
     int32_t max_tokens;
     int32_t priority;
@@ -54,8 +48,9 @@ typedef struct gr_event {
     int32_t token;
     int32_t finish_reason;
     int32_t status;
-    int32_t n_prompt;  /* end events: prompt ids submitted (the part not reused from the KV) */
+    int32_t n_prompt;  /* end events: prompt ids run (the part not reused from the KV) */
     int32_t n_reused;  /* end events: ids of the conversation reused from the session's KV */
+    int32_t n_dropped; /* end events: messages the context policy dropped */
     int32_t n_tokens;  /* end events: tokens generated */
     double prefill_ms; /* end events: see above */
     double decode_ms;
@@ -85,9 +80,9 @@ geist_status gr_sess_reset(gr *r, gr_sess *s);
  * request runs. *used_image says which happened. */
 geist_status gr_sess_restore(gr *r, gr_sess *s, const void *img, size_t n, int *used_image);
 
-/* Prepares the prompt on the calling thread (render, tokenize, rewind the KV) and queues it on
- * the core's runtime. GEIST_ERR_STATE if the session has a request. Problems of the prompt (over
- * the cap, template errors) arrive as a FAILED event, like the core's own. */
+/* Queues the conversation on the core's runtime (a copy; nothing else runs on the calling
+ * thread). GEIST_ERR_STATE if the session has a request. Problems of the prompt (over the cap,
+ * template errors) arrive as a FAILED event. */
 geist_status gr_submit(gr *r, gr_sess *s, const gr_request *req, uint64_t *request_id);
 geist_status gr_cancel(gr *r, uint64_t request_id);
 /* Moves up to max events (oldest first), never waiting; the caller clears each with

@@ -133,6 +133,9 @@ struct gengine {
     int live_sessions;
     double drain_max_ms, drain_total_ms; /* main-thread time spent draining events */
     int64_t drains;
+    /* the last 4096 drains that delivered events (ms), for median and p99 in stats() */
+    float drain_ring[4096];
+    int64_t drain_busy;
     /* failures to report on the next drain (say() on an NPC without a model, ...) */
     struct {
         GDObjectInstanceID id;
@@ -1899,8 +1902,10 @@ static int engine_drain_count(void) {
 
 static void engine_drain(void) {
     double t0 = now_ms();
-    engine_drain_count();
+    int n = engine_drain_count();
     double dt = now_ms() - t0;
+    if (n > 0)
+        ENG->drain_ring[ENG->drain_busy++ % 4096] = (float)dt;
     ENG->drain_total_ms += dt;
     ENG->drains++;
     if (dt > ENG->drain_max_ms)
@@ -1984,6 +1989,11 @@ static void me_configure(void *self, const GDExtensionConstVariantPtr *a, int64_
     gv_int(ret, engine_ensure(err, sizeof err) ? E_OK : E_UNAVAILABLE);
 }
 
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
 static void me_stats(void *self, const GDExtensionConstVariantPtr *a, int64_t n, gvar *ret) {
     (void)self;
     (void)a;
@@ -2006,6 +2016,19 @@ static void me_stats(void *self, const GDExtensionConstVariantPtr *a, int64_t n,
     gv_dict_set_int(ret, "drains", ENG->drains);
     gv_dict_set_float(ret, "drain_max_ms", ENG->drain_max_ms);
     gv_dict_set_float(ret, "drain_mean_ms", ENG->drains ? ENG->drain_total_ms / ENG->drains : 0);
+    {
+        /* drains that delivered events: median and p99 of the last 4096 */
+        const int64_t k = ENG->drain_busy < 4096 ? ENG->drain_busy : 4096;
+        float *v = malloc((size_t)(k ? k : 1) * sizeof *v);
+        if (v) {
+            memcpy(v, ENG->drain_ring, (size_t)k * sizeof *v);
+            qsort(v, (size_t)k, sizeof *v, cmp_float);
+            gv_dict_set_int(ret, "drains_with_events", ENG->drain_busy);
+            gv_dict_set_float(ret, "drain_busy_median_ms", k ? v[k / 2] : 0.0);
+            gv_dict_set_float(ret, "drain_busy_p99_ms", k ? v[(k * 99 + 99) / 100 - 1] : 0.0);
+            free(v);
+        }
+    }
 }
 
 static const mdef ENGINE_METHODS[] = {

@@ -43,7 +43,7 @@ extern "C" {
 #define GEIST_API __attribute__((visibility("default")))
 #endif
 
-#define GEIST_ABI_VERSION 1
+#define GEIST_ABI_VERSION 2
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Status and errors                                                                              */
@@ -441,11 +441,37 @@ GEIST_API void geist_sampler_reset(geist_sampler *s);
 /* Runtime: asynchronous generation for games. The engine runs requests on its worker pool,     */
 /* batching the decode steps of all active sessions; the game drains events on its own thread.  */
 
+/* How a messages request fits its session (geist_request.context). The conversation is the
+ * whole list of messages so far, every time: the core renders it with the model's chat template,
+ * keeps the KV of the longest token prefix the session already holds (only the rest is
+ * prefilled) and, when the conversation plus reply_reserve would not fit max_seq_len, drops the
+ * oldest turns. A dropped turn changes every position after it, so a trim drops a quarter of the
+ * cap more than needed: the turns that follow reuse the KV again until the next trim. */
+typedef struct geist_context_policy {
+    /* 1 (default): drop the oldest turns (a turn starts at a "user" message) between the kept
+     * leading messages and the kept last ones; 0: never drop (a conversation that does not fit
+     * with one token to spare fails with GEIST_ERR_CAPACITY). */
+    int32_t trim;
+    /* Leading messages never dropped: -1 (default) = the leading "system" messages (persona). */
+    int32_t keep_first;
+    /* Messages at the end never dropped; default 1 (the player's line). */
+    int32_t keep_last;
+    /* Tokens kept free for the reply when trimming: -1 (default) = max_tokens capped to half of
+     * max_seq_len. A conversation that fits only without its reserve still runs (the reply may
+     * then end with GEIST_FINISH_CAPACITY). */
+    int32_t reply_reserve;
+} geist_context_policy;
+
 typedef struct geist_request {
     uint32_t struct_size;
-    /* The prompt: exactly one of text, ids or messages. Text and messages are tokenized with the
-     * model's tokenizer (BOS added only when the session is empty); messages get the model's
-     * chat template with the generation prompt. */
+    /* The prompt: exactly one of text, ids or messages. Text is tokenized with the model's
+     * tokenizer (BOS added only when the session is empty). Messages are the whole conversation:
+     * rendered with the model's chat template and the generation prompt, fitted to the session
+     * as `context` says (KV reuse, trimming), and the template's end-of-turn strings
+     * (geist_chat_stop_strings) are added to `stop`; the sampler's seed is mixed with the
+     * conversation's length, so each turn draws anew and a restored session draws as the
+     * original did. All of this runs on the runtime's thread, never the caller's. An ids prompt
+     * that cannot fit the session fails at once with GEIST_ERR_CAPACITY. */
     const char *text; /* UTF-8, NUL-terminated; player text is never parsed for control tokens */
     const int32_t *ids;
     size_t n_ids;
@@ -457,6 +483,7 @@ typedef struct geist_request {
     size_t n_stop;
     int32_t priority;   /* higher runs first (on-screen NPCs); default 0 */
     uint64_t user_data; /* echoed in every event of the request */
+    geist_context_policy context; /* messages requests only */
 } geist_request;
 
 GEIST_API void geist_request_default(geist_request *r);
@@ -474,7 +501,10 @@ GEIST_API geist_status geist_cancel(geist_engine *engine, uint64_t request_id);
 typedef enum geist_event_type {
     GEIST_EVENT_TOKEN = 1,    /* a token was generated; text = its piece (complete UTF-8, may be
                                * empty while a character is incomplete) */
-    GEIST_EVENT_FINISHED = 2, /* the request ended; text = the whole reply */
+    GEIST_EVENT_FINISHED = 2, /* the request ended; text = the whole reply, always equal to
+                               * the concatenation of its TOKEN pieces (text held back because it
+                               * could begin a stop string, or an incomplete UTF-8 character, is
+                               * dropped when the reply ends without completing it) */
     GEIST_EVENT_FAILED = 3    /* the request failed; status + text = the message */
 } geist_event_type;
 
@@ -494,6 +524,9 @@ typedef struct geist_event {
     int32_t finish_reason; /* FINISHED: a geist_finish_reason */
     int32_t status;        /* FAILED: a geist_status */
     int32_t n_tokens;      /* FINISHED: tokens generated */
+    int32_t n_prompt;      /* FINISHED/FAILED: prompt tokens this request ran through the model */
+    int32_t n_reused;      /* FINISHED/FAILED: tokens the session already held and kept (KV) */
+    int32_t n_dropped;     /* FINISHED/FAILED: messages the context policy dropped */
     const char *text;      /* see geist_event_type; owned by the engine, valid until the next
                             * geist_poll() on this engine */
     size_t text_len;

@@ -80,6 +80,25 @@ def load_library(path: str | Path | None = None) -> Any:
 ffi.cdef(_cdef_from_header(_header_path().read_text()))
 
 
+# Status codes and other constants, read from the header's enums (never written as literals).
+def _enum(name: str) -> dict[str, int]:
+    return dict(ffi.typeof(name).relements)
+
+
+_STATUS = _enum("geist_status")
+OK: int = _STATUS["GEIST_OK"]
+ERR_INVALID_ARGUMENT: int = _STATUS["GEIST_ERR_INVALID_ARGUMENT"]
+ERR_STATE: int = _STATUS["GEIST_ERR_STATE"]
+ERR_BUFFER_TOO_SMALL: int = _STATUS["GEIST_ERR_BUFFER_TOO_SMALL"]
+_EVENTS = _enum("geist_event_type")
+EVENT_TOKEN: int = _EVENTS["GEIST_EVENT_TOKEN"]
+EVENT_FINISHED: int = _EVENTS["GEIST_EVENT_FINISHED"]
+EVENT_FAILED: int = _EVENTS["GEIST_EVENT_FAILED"]
+FINISH_REASONS: dict[int, str] = {
+    v: k.removeprefix("GEIST_FINISH_").lower() for k, v in _enum("geist_finish_reason").items()
+}
+
+
 def library_path() -> Path | None:
     return _lib_path
 

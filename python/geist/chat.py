@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from geist._binding import check, ffi, lib
-
-_BUFFER_TOO_SMALL = 8
+from geist._binding import ERR_BUFFER_TOO_SMALL, check, ffi, lib
 
 
 def _model_ptr(model: Any) -> Any:
@@ -60,7 +58,7 @@ def apply_template(
         status = lib.geist_chat_apply_template(
             ptr, tmpl, arr, len(messages), 1 if add_generation_prompt else 0, buf, cap, needed
         )
-        if status == _BUFFER_TOO_SMALL and int(needed[0]) > cap:
+        if status == ERR_BUFFER_TOO_SMALL and int(needed[0]) > cap:
             cap = int(needed[0])
             continue
         check(status)

@@ -78,13 +78,13 @@ def cmd_run(ns: argparse.Namespace) -> int:
             sys.stdout.write(piece.text)
             sys.stdout.flush()
         dt = time.perf_counter() - t0
-        res = s.last_result
-        n = len(res.ids) if res else 0
+        res = pieces.result()
+        n = len(res.ids)
         sys.stdout.write("\n")
-        if ns.ids and res:
+        if ns.ids:
             print(f"ids: {res.ids}")
         print(f"[{n} tokens, {n / dt if dt > 0 else 0:.1f} tokens/s, "
-              f"finish: {res.finish_reason if res else '?'}, backend {model.backend}]",
+              f"finish: {res.finish_reason}, backend {model.backend}]",
               file=sys.stderr)
     return 0
 

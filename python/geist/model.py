@@ -6,15 +6,15 @@ import json
 import os
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
-from geist._binding import check, ffi, lib
-from geist.errors import CapacityError, GeistError, StateError
-from geist.generate import GenerationResult, Piece, SamplerOptions
-from geist.generate import generate as _generate
+from geist._binding import ERR_BUFFER_TOO_SMALL, OK, check, ffi, lib
+from geist.errors import GeistError, StateError
+from geist.generate import ContextPolicy, GenerationResult, Piece
+from geist.sampling import SamplerOptions
 
 KV_MODES: dict[str, int] = {"f32": 0, "f16": 1, "int8": 2, "int4": 3, "kivi2": 4}
 _KV_NAMES = {v: k for k, v in KV_MODES.items()}
@@ -47,7 +47,7 @@ def _read_text(fn: Any, *args: Any) -> str:
     while True:
         buf = ffi.new("char[]", cap)
         status = fn(*args, buf, cap, needed)
-        if status == 8 and needed[0] > cap:  # GEIST_ERR_BUFFER_TOO_SMALL
+        if status == ERR_BUFFER_TOO_SMALL and needed[0] > cap:
             cap = int(needed[0])
             continue
         check(status)
@@ -229,7 +229,7 @@ class Model(_Handle):
         while True:
             ids = ffi.new("int32_t[]", cap)
             st = lib.geist_tokenize(self._require(), data, len(data), flags, ids, cap, n)
-            if st == 8 and n[0] > cap:
+            if st == ERR_BUFFER_TOO_SMALL and n[0] > cap:
                 cap = int(n[0])
                 continue
             check(st)
@@ -243,7 +243,7 @@ class Model(_Handle):
             buf = ffi.new("char[]", cap)
             st = lib.geist_detokenize(self._require(), ffi.from_buffer("int32_t[]", arr),
                                       arr.size, 1 if render_special else 0, buf, cap, n)
-            if st == 8 and n[0] > cap:
+            if st == ERR_BUFFER_TOO_SMALL and n[0] > cap:
                 cap = int(n[0])
                 continue
             check(st)
@@ -257,7 +257,7 @@ class Model(_Handle):
             buf = ffi.new("char[]", cap)
             st = lib.geist_token_piece(self._require(), token, 1 if render_special else 0, buf,
                                        cap, n)
-            if st == 8 and n[0] > cap:
+            if st == ERR_BUFFER_TOO_SMALL and n[0] > cap:
                 cap = int(n[0])
                 continue
             check(st)
@@ -391,7 +391,7 @@ class Session(_Handle):
         self.kv_mode = kv_mode
         self.seed = 0
         self.history: list[int] = []  # every token the session holds, in order
-        self.last_result: GenerationResult | None = None
+        self.last_result: GenerationResult | None = None  # of the last generate()/chat()
         self._prefix: Prefix | None = None  # keeps the Python object alive while we use it
         self._lock = threading.Lock()
         self._active: Any = None  # the RequestHandle of the running async request
@@ -480,7 +480,7 @@ class Session(_Handle):
         needed = ffi.new("size_t *")
         with self._lock:
             st = lib.geist_session_snapshot(self._require(), ffi.NULL, 0, needed)
-            if st not in (0, 8):
+            if st not in (OK, ERR_BUFFER_TOO_SMALL):
                 check(st)
             buf = bytearray(int(needed[0]))
             check(lib.geist_session_snapshot(self._require(), ffi.from_buffer(buf), len(buf),
@@ -507,55 +507,46 @@ class Session(_Handle):
         return _report_to_dict(rep)
 
     # -- text generation ---------------------------------------------------------------------------
+    # One loop for all of these: the core's runtime (geist.runtime); nothing is generated here.
 
     def generate(self, prompt: str | Sequence[int] = "", max_tokens: int = 128,
-                 stop: Sequence[str] = (), *, temperature: float = 0.8, top_k: int = 40,
-                 top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0,
-                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-                 penalty_last_n: int = 64, seed: int | None = None,
-                 parse_special: bool = False) -> Iterator[Piece]:
-        """Appends the prompt (text or ids) and streams the reply as text pieces.
+                 stop: Sequence[str] = (), *, options: SamplerOptions | None = None,
+                 seed: int | None = None, parse_special: bool = False,
+                 **sampling: float | int) -> Generation:
+        """Appends the prompt (text or ids) and streams the reply: iterate the returned
+        Generation for Pieces, or call its `.result()` (text, ids, finish_reason, counts).
 
-        Text is tokenized with BOS/EOS only when the session is empty. Generation ends at an end
-        token, a stop string (not included in the output), max_tokens, or the session's cap;
-        `self.last_result` then holds the full text, ids and finish_reason."""
-        if isinstance(prompt, str):
-            ids = self.model.tokenize(prompt, add_special=self.n_past == 0,
-                                      parse_special=parse_special) if prompt else []
-        else:
-            ids = [int(t) for t in prompt]
-        if not ids and self.n_past == 0:
-            raise GeistError("empty prompt on an empty session: nothing to continue from", 1)
-        if len(ids) > self.max_seq_len - self.n_past:
-            raise CapacityError(
-                f"prompt of {len(ids)} tokens does not fit: the session holds {self.n_past} of "
-                f"its max_seq_len {self.max_seq_len}", 6)
-        options = SamplerOptions(temperature, top_k, top_p, min_p, repeat_penalty,
-                                 frequency_penalty, presence_penalty, penalty_last_n,
-                                 self.seed if seed is None else seed)
-        self.last_result = GenerationResult()
-        return _generate(self, ids, max_tokens, list(stop), options, self.last_result)
+        Text is tokenized with BOS/EOS only when the session is empty; "" continues from the
+        session's logits. Generation ends at an end token, a stop string (not included in the
+        output), max_tokens, or the session's cap. Sampling: `options` (a SamplerOptions), then
+        any of its fields as keywords (temperature=0.0, top_k=...); seed defaults to the
+        session's. An ids prompt that cannot fit raises CapacityError at once."""
+        from geist.runtime import submit
 
-    def chat(self, messages: Sequence[dict[str, str]], max_tokens: int = 128,
-             stop: Sequence[str] = (), **sampling: Any) -> Iterator[Piece]:
-        """Renders the chat template for `messages` (+ generation prompt) and streams the reply.
-        If the session already holds an earlier rendering of the same conversation, only the new
-        tokens are prefilled (the NPC keeps its KV cache between lines)."""
-        text = self.model.chat_template(messages, add_generation_prompt=True)
-        ids = self.model.tokenize(text, add_special=True, parse_special=True)
-        held = self.history
-        if held and ids[: len(held)] == held and len(ids) > len(held):
-            ids = ids[len(held):]
-        else:
-            self.reset()
-        stops = list(stop) + [s for s in self.model.chat_stop_strings() if s not in stop]
-        return self.generate(ids, max_tokens, stops, **sampling)
+        return Generation(submit(self, prompt, max_tokens, stop, options=options, seed=seed,
+                                 parse_special=parse_special, record_last=True, **sampling))
+
+    def chat(self, messages: Sequence[Mapping[str, str]], max_tokens: int = 128,
+             stop: Sequence[str] = (), *, context: ContextPolicy | None = None,
+             options: SamplerOptions | None = None, seed: int | None = None,
+             **sampling: float | int) -> Generation:
+        """Streams the reply to a conversation: `messages` is the whole conversation so far
+        ({role, content} dicts). The core renders the model's chat template, keeps the KV of
+        what the session already holds (only new tokens are prefilled), drops the oldest turns
+        when the cap would be exceeded (keeping the persona; see ContextPolicy) and ends the
+        reply at the template's end-of-turn strings too. The result reports n_reused,
+        n_prompt and n_dropped."""
+        from geist.runtime import submit
+
+        return Generation(submit(self, list(messages), max_tokens, stop, options=options,
+                                 context=context, seed=seed, record_last=True, **sampling))
 
     def submit(self, prompt: Any = "", max_tokens: int = 128, stop: Sequence[str] = (),
                **kwargs: Any) -> Any:
         """Queues an asynchronous request (text, ids or chat messages) and returns a
         geist.runtime.RequestHandle at once: `.result()`, iteration over streamed pieces,
-        `await .aresult()`. Keyword arguments: priority and the sampler options of generate()."""
+        `await .aresult()`. Keyword arguments: priority, context, options, seed and the
+        SamplerOptions fields."""
         from geist.runtime import submit
 
         return submit(self, prompt, max_tokens, stop, **kwargs)
@@ -566,3 +557,22 @@ class Session(_Handle):
                 lib.geist_session_free(self._ptr)
                 self._ptr = None
 
+
+class Generation:
+    """A request started by Session.generate or Session.chat: iterate it for the streamed
+    Pieces, or call `.result()` to wait for the GenerationResult. `cancel()` stops it."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def __iter__(self) -> Iterator[Piece]:
+        return self.handle.pieces()
+
+    def result(self, timeout: float | None = None) -> GenerationResult:
+        return self.handle.result(timeout)  # type: ignore[no-any-return]
+
+    def text(self, timeout: float | None = None) -> str:
+        return self.result(timeout).text
+
+    def cancel(self) -> None:
+        self.handle.cancel()

@@ -1,4 +1,5 @@
-"""Asynchronous generation over the native runtime (geist.h "Runtime").
+"""Asynchronous generation over the native runtime (geist.h "Runtime"): the SDK's one way to
+generate. `Session.generate`, `Session.chat` and `Session.submit` all queue a request here.
 
 `session.submit(...)` queues a request and returns a `RequestHandle` at once; the engine's
 runtime thread runs it, batched with the other sessions' requests. One dispatcher thread per
@@ -11,19 +12,31 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from geist._binding import check, ffi, lib
+from geist._binding import (
+    ERR_INVALID_ARGUMENT,
+    ERR_STATE,
+    EVENT_FAILED,
+    EVENT_TOKEN,
+    FINISH_REASONS,
+    OK,
+    check,
+    ffi,
+    lib,
+)
 from geist.errors import GeistError, StateError, error_for_status
-from geist.generate import SamplerOptions
+from geist.generate import ContextPolicy, GenerationResult, Piece
+from geist.sampling import SamplerOptions
 
 if TYPE_CHECKING:
     from geist.model import Engine, Session
 
-FINISH_REASONS = {0: "stop", 1: "length", 2: "capacity", 3: "cancelled"}
-_TOKEN, _FINISHED, _FAILED = 1, 2, 3
+RequestResult = GenerationResult  # the one result type (older name)
+Prompt = str | Sequence[int] | Sequence[Mapping[str, str]]
 
 
 @dataclass
@@ -36,28 +49,18 @@ class RuntimeOptions:
     max_batch: int = 64  # most rows per step
 
 
-@dataclass
-class RequestResult:
-    text: str = ""
-    ids: list[int] = field(default_factory=list)
-    finish_reason: str = ""  # stop, length, capacity, cancelled
-    error: GeistError | None = None
-    first_token_s: float | None = None  # seconds from submit to the first token event
-    elapsed_s: float = 0.0
-
-
 class RequestHandle:
     """One submitted request. Thread-safe; its events arrive on the dispatcher thread."""
 
-    def __init__(self, runtime: Runtime, session: Session, prompt_ids: list[int]) -> None:
+    def __init__(self, runtime: Runtime, session: Session, record_last: bool = False) -> None:
         self.id = 0
         self.session = session
         self._runtime = runtime
-        self._prompt_ids = prompt_ids
+        self._record_last = record_last  # Session.generate/chat: also set session.last_result
         self._cond = threading.Condition()
-        self._pieces: list[str] = []
+        self._pieces: list[tuple[str, int]] = []  # (text, token) per TOKEN event
         self._done = False
-        self._result = RequestResult()
+        self._result = GenerationResult()
         self._t0 = 0.0
         self._listeners: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]] = []
 
@@ -71,10 +74,10 @@ class RequestHandle:
         if self.done:
             return
         st = lib.geist_cancel(self._runtime.engine._ptr, self.id)
-        if st not in (0, 1):  # 1: it ended meanwhile
+        if st not in (OK, ERR_INVALID_ARGUMENT):  # invalid: it ended meanwhile
             check(st)
 
-    def result(self, timeout: float | None = None) -> RequestResult:
+    def result(self, timeout: float | None = None) -> GenerationResult:
         """Waits for the end and returns the result; raises the request's error if it failed."""
         with self._cond:
             if not self._cond.wait_for(lambda: self._done, timeout):
@@ -83,8 +86,7 @@ class RequestHandle:
                 raise self._result.error
             return self._result
 
-    def __iter__(self) -> Iterator[str]:
-        """Streamed text pieces as they arrive (their concatenation is the whole reply)."""
+    def _events(self) -> Iterator[tuple[str, int]]:
         i = 0
         while True:
             with self._cond:
@@ -93,15 +95,29 @@ class RequestHandle:
                 done = self._done
                 err = self._result.error
             i += len(new)
-            yield from (p for p in new if p)
+            yield from new
             if done and i >= len(self._pieces):
                 if err is not None:
                     raise err
                 return
 
+    def __iter__(self) -> Iterator[str]:
+        """Streamed text pieces as they arrive (their concatenation is the whole reply)."""
+        return (text for text, _ in self._events() if text)
+
+    def pieces(self) -> Iterator[Piece]:
+        """Streamed pieces with the token ids that completed each (a token whose text is held
+        back, e.g. part of a character or of a possible stop string, joins the next piece)."""
+        ids: list[int] = []
+        for text, token in self._events():
+            ids.append(token)
+            if text:
+                yield Piece(text, ids)
+                ids = []
+
     # -- asyncio ---------------------------------------------------------------------------------
 
-    async def aresult(self) -> RequestResult:
+    async def aresult(self) -> GenerationResult:
         """`await handle.aresult()`: the result without blocking the event loop."""
         async for _ in self.astream():
             pass
@@ -112,7 +128,7 @@ class RequestHandle:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         with self._cond:
-            backlog = list(self._pieces)
+            backlog = [text for text, _ in self._pieces]
             done = self._done
             if not done:
                 self._listeners.append((loop, queue))
@@ -138,30 +154,26 @@ class RequestHandle:
         for loop, q in self._listeners:
             loop.call_soon_threadsafe(q.put_nowait, item)
 
-    def _on_event(self, typ: int, token: int, text: str, reason: int, status: int,
-                  now: float) -> None:
+    def _on_event(self, ev: Mapping[str, Any], now: float) -> None:
         with self._cond:
             if self._done:
                 return
             r = self._result
-            if typ == _TOKEN:
+            if ev["type"] == EVENT_TOKEN:
                 if r.first_token_s is None:
                     r.first_token_s = now - self._t0
-                r.ids.append(token)
-                self._pieces.append(text)
-                self._notify(text)
+                r.ids.append(ev["token"])
+                self._pieces.append((ev["text"], ev["token"]))
+                self._notify(ev["text"])
             else:
-                if typ == _FINISHED:
-                    r.text = text
-                    r.finish_reason = FINISH_REASONS.get(reason, str(reason))
-                    streamed = "".join(self._pieces)
-                    if text.startswith(streamed) and len(text) > len(streamed):
-                        tail = text[len(streamed):]
-                        self._pieces.append(tail)
-                        self._notify(tail)
-                else:
-                    r.error = error_for_status(status, text)
+                if ev["type"] == EVENT_FAILED:
+                    r.error = error_for_status(ev["status"], ev["text"])
                     r.finish_reason = "failed"
+                else:
+                    r.text = ev["text"]
+                    r.finish_reason = FINISH_REASONS.get(ev["reason"], str(ev["reason"]))
+                r.n_prompt, r.n_reused = ev["n_prompt"], ev["n_reused"]
+                r.n_dropped = ev["n_dropped"]
                 r.elapsed_s = now - self._t0
                 self._sync_history()
                 self._done = True
@@ -173,14 +185,21 @@ class RequestHandle:
         s = self.session
         # the session's lock: close() on another thread must not free it while we read it
         with s._lock:
+            if self._record_last:
+                s.last_result = self._result
             if s._ptr is None:
                 return
-            try:
-                s._sync_history()  # the native session knows the tokens it holds
-            except GeistError:
-                held = s.history + self._prompt_ids + self._result.ids
-                s.history = held[: int(lib.geist_session_n_past(s._ptr))]
+            s._sync_history()  # the native session knows the tokens it holds
             s._active = None
+
+
+def _event_dict(e: Any) -> dict[str, Any]:
+    text = bytes(ffi.buffer(e.text, e.text_len)).decode("utf-8", "replace") \
+        if e.text != ffi.NULL else ""
+    return {"type": int(e.type), "token": int(e.token), "text": text,
+            "reason": int(e.finish_reason), "status": int(e.status),
+            "n_prompt": int(e.n_prompt), "n_reused": int(e.n_reused),
+            "n_dropped": int(e.n_dropped)}
 
 
 class Runtime:
@@ -203,24 +222,10 @@ class Runtime:
         o.max_batch = options.max_batch
         check(lib.geist_runtime_configure(self.engine._ptr, o))
 
-    def submit(self, session: Session, prompt_ids: Sequence[int], max_tokens: int,
-               stop: Sequence[str], options: SamplerOptions, priority: int) -> RequestHandle:
-        import time
-
-        handle = RequestHandle(self, session, list(prompt_ids))
-        req = ffi.new("geist_request *")
-        lib.geist_request_default(req)
-        ids = ffi.new("int32_t[]", max(len(prompt_ids), 1))
-        ids[0 : len(prompt_ids)] = list(prompt_ids)
-        req.ids = ids
-        req.n_ids = len(prompt_ids)
-        req.sampler = options.to_native()[0]
-        req.max_tokens = max_tokens
-        keep = [ffi.new("char[]", s.encode()) for s in stop]
-        stops = ffi.new("char *[]", keep) if keep else ffi.NULL
-        req.stop = stops
-        req.n_stop = len(keep)
-        req.priority = priority
+    def submit(self, session: Session, req: Any, keep: list[Any],
+               record_last: bool = False) -> RequestHandle:
+        """Queues a filled geist_request (keep: the cffi objects it points into)."""
+        handle = RequestHandle(self, session, record_last)
         out = ffi.new("uint64_t *")
         self._ensure_thread()
         with self._lock:  # registered before its first event can be routed
@@ -228,6 +233,7 @@ class Runtime:
             check(lib.geist_submit(self.engine._ptr, session._require(), req, out))
             handle.id = int(out[0])
             self._handles[handle.id] = handle
+        del keep
         return handle
 
     def _ensure_thread(self) -> None:
@@ -238,8 +244,6 @@ class Runtime:
                 self._thread.start()
 
     def _run(self) -> None:
-        import time
-
         ev = self._events
         while not self._stop.is_set():
             n = lib.geist_poll(self.engine._ptr, ev, 256, 20)
@@ -247,16 +251,13 @@ class Runtime:
             with self._lock:
                 for i in range(n):
                     e = ev[i]
-                    text = bytes(ffi.buffer(e.text, e.text_len)).decode("utf-8", "replace") \
-                        if e.text != ffi.NULL else ""
                     rid = int(e.request_id)
                     h = self._handles.get(rid)
                     if h is None:
                         continue
-                    if e.type != _TOKEN:
+                    if e.type != EVENT_TOKEN:
                         del self._handles[rid]
-                    h._on_event(int(e.type), int(e.token), text, int(e.finish_reason),
-                                int(e.status), now)
+                    h._on_event(_event_dict(e), now)
 
     def stop(self) -> None:
         """Stops the dispatcher (called by Engine.close before the engine is freed)."""
@@ -269,42 +270,71 @@ class Runtime:
             handles = list(self._handles.values())
             self._handles.clear()
         for h in handles:
-            h._on_event(_FAILED, -1, "the engine was closed", 0, 7, 0.0)
+            h._on_event({"type": EVENT_FAILED, "token": -1, "text": "the engine was closed",
+                         "reason": 0, "status": ERR_STATE, "n_prompt": 0, "n_reused": 0,
+                         "n_dropped": 0}, 0.0)
 
 
-def submit(session: Session, prompt: str | Sequence[int] | Sequence[dict[str, str]] = "",
-           max_tokens: int = 128, stop: Sequence[str] = (), *, priority: int = 0,
-           temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
-           repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
-           presence_penalty: float = 0.0, penalty_last_n: int = 64, seed: int | None = None,
-           parse_special: bool = False) -> RequestHandle:
-    """Session.submit: the prompt is text, token ids, or chat messages ({role, content} dicts,
-    rendered with the model's template; a session holding an earlier rendering of the same
-    conversation prefills only the new tokens)."""
+def _cstr(text: str, what: str, keep: list[Any]) -> Any:
+    data = text.encode("utf-8")
+    if b"\0" in data:
+        raise ValueError(f"{what} must not contain NUL characters")
+    c = ffi.new("char[]", data)
+    keep.append(c)
+    return c
+
+
+def submit(session: Session, prompt: Prompt = "", max_tokens: int = 128,
+           stop: Sequence[str] = (), *, priority: int = 0,
+           options: SamplerOptions | None = None, context: ContextPolicy | None = None,
+           seed: int | None = None, parse_special: bool = False, record_last: bool = False,
+           **sampling: float | int) -> RequestHandle:
+    """Session.submit: the prompt is text, token ids, or chat messages ({role, content} dicts:
+    the whole conversation so far; the core renders it with the model's template, reuses the KV
+    the session holds and trims the oldest turns as `context` says). Sampling: `options` (a
+    SamplerOptions), then any of its fields as keywords; seed defaults to the session's."""
     if session._active is not None and not session._active.done:
         raise StateError("the session already has an active request (one at a time)")
-    model = session.model
+    opts = (options or SamplerOptions()).replace(**sampling)
+    opts = opts.replace(seed=session.seed if seed is None else seed)
+    keep: list[Any] = []
+    req = ffi.new("geist_request *")
+    lib.geist_request_default(req)
+    if isinstance(prompt, str) and (parse_special or not prompt):
+        # "" continues from the session's logits; control tokens only when asked (never player
+        # text): both as ids
+        prompt = session.model.tokenize(prompt, add_special=session.n_past == 0,
+                                        parse_special=True) if prompt else []
     if isinstance(prompt, str):
-        ids = model.tokenize(prompt, add_special=session.n_past == 0,
-                             parse_special=parse_special) if prompt else []
-    elif prompt and isinstance(prompt[0], dict):
-        text = model.chat_template(prompt, add_generation_prompt=True)  # type: ignore[arg-type]
-        ids = model.tokenize(text, add_special=True, parse_special=True)
-        held = session.history
-        if held and ids[: len(held)] == held and len(ids) > len(held):
-            ids = ids[len(held):]
-        elif session.n_past:
-            session.reset()
+        req.text = _cstr(prompt, "prompt", keep)
+    elif len(prompt) and isinstance(prompt[0], Mapping):
+        msgs = ffi.new("geist_chat_message[]", len(prompt))
+        keep.append(msgs)
+        for i, m in enumerate(prompt):
+            if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
+                raise GeistError(f"message {i} needs a role and a content", ERR_INVALID_ARGUMENT)
+            msgs[i].role = _cstr(str(m["role"]), "role", keep)
+            msgs[i].content = _cstr(str(m["content"]), "content", keep)
+        req.messages = msgs
+        req.n_messages = len(prompt)
+        (context or ContextPolicy()).fill(req.context)
     else:
         ids = [int(t) for t in prompt]  # type: ignore[union-attr]
-    options = SamplerOptions(temperature, top_k, top_p, min_p, repeat_penalty, frequency_penalty,
-                             presence_penalty, penalty_last_n,
-                             session.seed if seed is None else seed)
-    rt = runtime_of(model._engine)
-    try:
-        handle = rt.submit(session, ids, max_tokens, stop, options, priority)
-    except GeistError:
-        raise
+        arr = ffi.new("int32_t[]", max(len(ids), 1))
+        keep.append(arr)
+        arr[0 : len(ids)] = ids
+        req.ids = arr
+        req.n_ids = len(ids)
+    req.sampler = opts.to_native()[0]
+    req.max_tokens = max_tokens
+    stops = [_cstr(x, "stop string", keep) for x in stop]
+    if stops:
+        arr_s = ffi.new("char *[]", stops)
+        keep.append(arr_s)
+        req.stop = arr_s
+        req.n_stop = len(stops)
+    req.priority = priority
+    handle = runtime_of(session.model._engine).submit(session, req, keep, record_last)
     session._active = handle
     return handle
 
@@ -327,7 +357,6 @@ def bench_npcs(model: Any, counts: Sequence[int], tokens: int = 64,
                max_seq_len: int = 256) -> dict[str, Any]:
     """Aggregate decode speed with N sessions decoding at once (greedy), per-NPC latency, and a
     high-priority request's first-token latency while 8 background requests run."""
-    import time
 
     def run(n: int, prio_probe: bool = False) -> dict[str, Any]:
         sessions = [model.session(max_seq_len) for _ in range(n)]

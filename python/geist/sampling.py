@@ -8,6 +8,7 @@ thread). Exact semantics: native/src/sample/sampler.h.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -15,73 +16,61 @@ import numpy as np
 from geist._binding import check, ffi, lib
 from geist.errors import StateError
 
-_FIELDS = (
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "repeat_penalty",
-    "frequency_penalty",
-    "presence_penalty",
-    "penalty_last_n",
-    "seed",
-)
+
+@dataclass
+class SamplerOptions:
+    """The sampler chain's settings (geist_sampler_options in geist.h): the one sampling type
+    of the SDK (Sampler, generate, chat and submit all take it). temperature 0 is greedy."""
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    penalty_last_n: int = 64
+    seed: int = 0
+
+    def to_native(self) -> Any:
+        opts = ffi.new("geist_sampler_options *")
+        lib.geist_sampler_options_default(opts)
+        for f in fields(self):
+            setattr(opts, f.name, getattr(self, f.name))
+        return opts
+
+    def replace(self, **changes: float | int) -> SamplerOptions:
+        unknown = set(changes) - set(_FIELDS)
+        if unknown:
+            raise TypeError(f"unknown sampler options: {sorted(unknown)}")
+        return SamplerOptions(**{**asdict(self), **changes})
+
+
+_FIELDS = tuple(f.name for f in fields(SamplerOptions))
 
 
 class Sampler:
     """A geist_sampler for logits rows of n_vocab floats. Buffers are allocated once here."""
 
-    def __init__(
-        self,
-        n_vocab: int,
-        *,
-        temperature: float = 0.8,
-        top_k: int = 40,
-        top_p: float = 0.95,
-        min_p: float = 0.05,
-        repeat_penalty: float = 1.0,
-        frequency_penalty: float = 0.0,
-        presence_penalty: float = 0.0,
-        penalty_last_n: int = 64,
-        seed: int = 0,
-    ) -> None:
+    def __init__(self, n_vocab: int, options: SamplerOptions | None = None,
+                 **settings: float | int) -> None:
+        """options, then any SamplerOptions field as a keyword (temperature=0.0, seed=3...)."""
         self.n_vocab = int(n_vocab)
-        self._options: dict[str, float | int] = {
-            "temperature": temperature,
-            "top_k": top_k,
-            "top_p": top_p,
-            "min_p": min_p,
-            "repeat_penalty": repeat_penalty,
-            "frequency_penalty": frequency_penalty,
-            "presence_penalty": presence_penalty,
-            "penalty_last_n": penalty_last_n,
-            "seed": seed,
-        }
+        self._opts = (options or SamplerOptions()).replace(**settings)
         out = ffi.new("geist_sampler **")
-        check(lib.geist_sampler_create(self.n_vocab, self._native_options(self._options), out))
+        check(lib.geist_sampler_create(self.n_vocab, self._opts.to_native(), out))
         self._ptr: Any = ffi.gc(out[0], lib.geist_sampler_free)
         self._out = ffi.new("int32_t *")
 
-    @staticmethod
-    def _native_options(values: Mapping[str, float | int]) -> Any:
-        opts = ffi.new("geist_sampler_options *")
-        lib.geist_sampler_options_default(opts)
-        for name in _FIELDS:
-            setattr(opts, name, values[name])
-        return opts
-
     @property
     def options(self) -> dict[str, float | int]:
-        return dict(self._options)
+        return asdict(self._opts)
 
     def set_options(self, **changes: float | int) -> None:
         """Changes options; history and generator state are kept unless `seed` changes."""
-        unknown = set(changes) - set(_FIELDS)
-        if unknown:
-            raise TypeError(f"unknown sampler options: {sorted(unknown)}")
-        values = {**self._options, **changes}
-        check(lib.geist_sampler_set_options(self._require(), self._native_options(values)))
-        self._options = values
+        opts = self._opts.replace(**changes)
+        check(lib.geist_sampler_set_options(self._require(), opts.to_native()))
+        self._opts = opts
 
     def sample(self, logits: np.ndarray) -> int:
         """Draws a token id from one row of n_vocab logits (not modified) and records it."""

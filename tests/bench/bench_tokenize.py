@@ -18,7 +18,7 @@ from pathlib import Path
 import geist
 from geist import models
 from geist._binding import load_library
-from geist.generate import StreamDetokenizer
+from geist.text import StreamDetokenizer
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "corpus.txt"
 FALLBACK = (

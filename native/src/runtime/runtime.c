@@ -14,12 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../chat/chat.h"
-#include "../sample/sampler.h"
+#include "../chat/conversation.h"
+#include "../gen/gen.h"
 #include "../session/forward.h"
-#include "../session/session.h"
-#include "../tokenizer/detok.h"
-#include "../tokenizer/tokenizer.h"
 #include "../util/pool.h"
 
 enum { R_NEW, R_PREFILL, R_SAMPLE, R_DECODE };
@@ -34,28 +31,24 @@ typedef struct gt_req {
     char *text;
     int32_t *ids;
     size_t n_ids;
-    char **msg; /* 2 * n_messages strings: role, content */
+    geist_chat_message *msgs; /* roles and contents owned */
     size_t n_messages;
     char **stop;
     size_t n_stop;
     geist_sampler_options sopts;
+    geist_context_policy context;
     int32_t max_tokens;
     /* state */
     int state;
     atomic_bool cancel; /* set under the lock, read unlocked in a step */
     bool in_step;
-    int32_t *prompt;
-    int32_t n_prompt, n_prompt_done, step_rows;
+    gt_gen gen; /* the generation loop's state (gen/gen.h): prompt, sampler, text, stops */
+    int32_t n_prompt_done, step_rows;
     int32_t pending;        /* R_DECODE: the sampled token to run */
     int32_t sampled;        /* the step's sample (sample_task), with its status and error */
     geist_status sample_st;
     gt_err sample_err;
     int32_t finish_after;   /* reason to finish with once `pending` ran, or -1 */
-    geist_sampler *sampler;
-    gt_detok *detok;
-    char *out; /* the reply so far */
-    size_t out_len, out_cap, emitted;
-    int32_t n_gen;
 } gt_req;
 
 typedef struct ev_item {
@@ -106,16 +99,16 @@ static void req_free(gt_req *r) {
     if (!r) return;
     free(r->text);
     free(r->ids);
-    if (r->msg)
-        for (size_t i = 0; i < 2 * r->n_messages; i++) free(r->msg[i]);
-    free(r->msg);
+    if (r->msgs)
+        for (size_t i = 0; i < r->n_messages; i++) {
+            free((char *)r->msgs[i].role);
+            free((char *)r->msgs[i].content);
+        }
+    free(r->msgs);
     if (r->stop)
         for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
-    free(r->prompt);
-    gt_sampler_free(r->sampler);
-    gt_detok_free(r->detok);
-    free(r->out);
+    gt_gen_free(&r->gen);
     free(r);
 }
 
@@ -133,6 +126,8 @@ void gt_request_default(geist_request *r) {
     r->struct_size = sizeof *r;
     gt_sampler_options_default(&r->sampler);
     r->max_tokens = 128;
+    r->context = (geist_context_policy){.trim = 1, .keep_first = -1, .keep_last = 1,
+                                        .reply_reserve = -1};
 }
 
 gt_runtime *gt_runtime_create(geist_engine *engine) {
@@ -216,7 +211,10 @@ static geist_event ev_base(const gt_req *r, int32_t type) {
     ev.user_data = r->user_data;
     ev.session = r->session;
     ev.token = -1;
-    ev.n_tokens = r->n_gen;
+    ev.n_tokens = r->gen.n_gen;
+    ev.n_prompt = r->gen.n_prompt;
+    ev.n_reused = r->gen.n_reused;
+    ev.n_dropped = r->gen.n_dropped;
     return ev;
 }
 
@@ -234,36 +232,13 @@ static void emit(ev_vec *q, const geist_event *ev, const char *text, size_t len)
     }
 }
 
-static bool out_append(gt_req *r, const char *p, size_t n) {
-    if (r->out_len + n + 1 > r->out_cap) {
-        size_t cap = r->out_cap ? r->out_cap : 256;
-        while (cap < r->out_len + n + 1) cap *= 2;
-        char *o = realloc(r->out, cap);
-        if (!o) return false;
-        r->out = o;
-        r->out_cap = cap;
-    }
-    memcpy(r->out + r->out_len, p, n);
-    r->out_len += n;
-    r->out[r->out_len] = '\0';
-    return true;
-}
-
-/* Text the detokenizer still holds (incomplete UTF-8) joins the reply when it ends normally. */
-static void flush_tail(gt_req *r) {
-    if (!r->detok || r->finish_after == GEIST_FINISH_STOP) return;
-    char buf[64];
-    size_t len = 0;
-    gt_err err;
-    if (gt_detok_flush(r->detok, buf, sizeof buf, &len, &err) == GEIST_OK && len)
-        out_append(r, buf, len);
-}
-
+/* The reply is what was streamed (gen.h): the finished text equals the TOKEN pieces. */
 static void emit_finished(ev_vec *q, gt_req *r, int32_t reason) {
-    if (reason != GEIST_FINISH_CANCELLED) flush_tail(r);
     geist_event ev = ev_base(r, GEIST_EVENT_FINISHED);
     ev.finish_reason = reason;
-    emit(q, &ev, r->out ? r->out : "", r->out_len);
+    size_t len = 0;
+    const char *text = gt_gen_reply(&r->gen, &len);
+    emit(q, &ev, text, len);
 }
 
 static void emit_failed(ev_vec *q, gt_req *r, const gt_err *err) {
@@ -322,16 +297,20 @@ static geist_status copy_inputs(gt_req *q, const geist_request *r, gt_err *err) 
         if (!r->messages || r->n_messages == 0)
             return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
                            "request: messages needs a non-NULL array and n_messages > 0");
-        q->msg = gt_calloc(2 * r->n_messages, sizeof(char *));
-        if (!q->msg) goto oom;
+        q->msgs = gt_calloc(r->n_messages, sizeof *q->msgs);
+        if (!q->msgs) goto oom;
         q->n_messages = r->n_messages;
         for (size_t i = 0; i < r->n_messages; i++) {
             if (!r->messages[i].role || !r->messages[i].content)
                 return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
                                "request: message %zu has a NULL role or content", i);
-            if (!(q->msg[2 * i] = dup_str(r->messages[i].role))) goto oom;
-            if (!(q->msg[2 * i + 1] = dup_str(r->messages[i].content))) goto oom;
+            if (!(q->msgs[i].role = dup_str(r->messages[i].role))) goto oom;
+            if (!(q->msgs[i].content = dup_str(r->messages[i].content))) goto oom;
         }
+        geist_context_policy pol;
+        st = gt_context_policy_check(&r->context, &pol, err);
+        if (st != GEIST_OK) return st;
+        q->context = pol;
     }
     if (r->n_stop) {
         q->stop = gt_calloc(r->n_stop, sizeof(char *));
@@ -380,6 +359,9 @@ geist_status gt_runtime_submit(gt_runtime *rt, geist_session *s, const geist_req
         st = gt_fail(err, GEIST_ERR_STATE,
                      "the session already has an active request (one at a time: wait for its "
                      "FINISHED/FAILED event or cancel it)");
+    } else if (q->ids && (st = gt_gen_check_ids(s, q->n_ids, err)) != GEIST_OK) {
+        /* an ids prompt that cannot fit fails now (no request of the session runs, so its
+         * n_past is stable) */
     } else if (!rt->started) {
         if (pthread_create(&rt->thread, NULL, scheduler_main, rt) != 0)
             st = gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "cannot start the runtime thread");
@@ -522,106 +504,25 @@ static void finish_locked(gt_runtime *rt, gt_req *r, ev_vec *evs) {
     req_free(r);
 }
 
-/* Tokenizes the prompt and makes the sampler and detokenizer (scheduler thread, unlocked). */
+/* Builds the request's generation state (scheduler thread, unlocked): tokenizing, the
+ * conversation policy, the sampler. */
 static geist_status prepare(gt_req *r, gt_err *err) {
-    geist_session *s = r->session;
-    const geist_model *m = r->model;
-    const bool empty = s->n_past == 0;
-    char *rendered = NULL;
-    const char *text = r->text;
-    uint32_t flags = empty ? GEIST_TOKENIZE_ADD_SPECIAL : 0;
-    geist_status st = GEIST_OK;
-    if (r->msg) {
-        geist_chat_message *msgs = gt_calloc(r->n_messages, sizeof *msgs);
-        if (!msgs) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (messages)");
-        for (size_t i = 0; i < r->n_messages; i++) {
-            msgs[i].role = r->msg[2 * i];
-            msgs[i].content = r->msg[2 * i + 1];
-        }
-        size_t rlen = 0;
-        gt_err terr = {0};
-        st = gt_chat_render(m, NULL, msgs, r->n_messages, true, &rendered, &rlen, &terr);
-        free(msgs);
-        if (st != GEIST_OK) {
-            free(rendered);
-            return gt_fail(err, st, "chat template: %s", terr.msg);
-        }
-        text = rendered;
-        flags |= GEIST_TOKENIZE_PARSE_SPECIAL; /* the template's own control tokens */
-    }
-    if (text) {
-        const size_t len = strlen(text);
-        size_t n = 0;
-        gt_err terr = {0};
-        st = gt_tokenize_alloc(m, text, len, flags, &r->prompt, &n, &terr);
-        free(rendered);
-        if (st != GEIST_OK) return gt_fail(err, st, "tokenize: %s", terr.msg);
-        if (n > (size_t)INT32_MAX) return gt_fail(err, GEIST_ERR_CAPACITY, "prompt too long");
-        r->n_prompt = (int32_t)n;
-    } else {
-        r->prompt = r->ids;
-        r->ids = NULL;
-        r->n_prompt = (int32_t)r->n_ids;
-    }
-    const int32_t room = s->max_seq_len - s->n_past;
-    if (r->n_prompt > room)
-        return gt_fail(err, GEIST_ERR_CAPACITY,
-                       "prompt of %d tokens does not fit: the session holds %d of its max_seq_len "
-                       "%d (room for %d)",
-                       r->n_prompt, s->n_past, s->max_seq_len, room);
-    if (r->n_prompt == 0 && !s->has_logits)
-        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
-                       "empty prompt on a session without logits: nothing to continue from");
-    st = gt_sampler_create(m->cfg.n_vocab, &r->sopts, &r->sampler, err);
+    const gt_gen_input in = {
+        .text = r->text,
+        .ids = r->ids,
+        .n_ids = r->n_ids,
+        .messages = r->msgs,
+        .n_messages = r->n_messages,
+        .context = r->context,
+        .stop = (const char *const *)r->stop,
+        .n_stop = r->n_stop,
+        .sampler = r->sopts,
+        .max_tokens = r->max_tokens,
+    };
+    geist_status st = gt_gen_prepare(&r->gen, r->session, &in, err);
     if (st != GEIST_OK) return st;
-    /* The penalty window sees the conversation, not just this request: the session's own
-     * held tokens, then the prompt (a game resubmitting only the new turn keeps its history). */
-    const int32_t last_n = r->sopts.penalty_last_n;
-    if (last_n > 0) {
-        const int32_t n_held = s->n_past - s->n_prefix;
-        const int32_t from_prompt = r->n_prompt < last_n ? r->n_prompt : last_n;
-        const int32_t from_held = last_n - from_prompt < n_held ? last_n - from_prompt : n_held;
-        for (int32_t i = n_held - from_held; i < n_held; i++)
-            gt_sampler_accept(r->sampler, s->ids[i]);
-        for (int32_t i = r->n_prompt - from_prompt; i < r->n_prompt; i++)
-            gt_sampler_accept(r->sampler, r->prompt[i]);
-    }
-    if (gt_detok_create(m, 0, &r->detok, err) != GEIST_OK)
-        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (detokenizer)");
-    r->state = r->n_prompt > 0 ? R_PREFILL : R_SAMPLE;
+    r->state = r->gen.n_prompt > 0 ? R_PREFILL : R_SAMPLE;
     return GEIST_OK;
-}
-
-/* Trailing bytes of out[0..len) that could still begin a stop string. */
-static size_t held_back(const gt_req *r, size_t from, size_t len) {
-    size_t keep = 0;
-    for (size_t i = 0; i < r->n_stop; i++) {
-        const size_t sl = strlen(r->stop[i]);
-        for (size_t k = sl > 0 ? sl - 1 : 0; k > keep; k--) {
-            if (k > len - from) continue;
-            if (memcmp(r->out + len - k, r->stop[i], k) == 0) {
-                keep = k;
-                break;
-            }
-        }
-    }
-    return keep;
-}
-
-/* First stop string occurrence in out that may involve bytes after `from` (SIZE_MAX: none). */
-static size_t stop_hit(const gt_req *r, size_t from) {
-    size_t best = SIZE_MAX;
-    for (size_t i = 0; i < r->n_stop; i++) {
-        const size_t sl = strlen(r->stop[i]);
-        if (sl == 0 || sl > r->out_len) continue;
-        size_t start = from + 1 > sl ? from + 1 - sl : 0;
-        for (size_t p = start; p + sl <= r->out_len && p < best; p++)
-            if (memcmp(r->out + p, r->stop[i], sl) == 0) {
-                best = p;
-                break;
-            }
-    }
-    return best;
 }
 
 /* After the request's rows ran (or with no rows for R_SAMPLE), advancing it takes three steps:
@@ -638,12 +539,12 @@ static int advance_begin(gt_req *r, ev_vec *evs) {
     }
     if (r->state == R_PREFILL) {
         r->n_prompt_done += r->step_rows;
-        if (r->n_prompt_done < r->n_prompt) return ADV_WAIT;
+        if (r->n_prompt_done < r->gen.n_prompt) return ADV_WAIT;
     } else if (r->state == R_DECODE && r->finish_after >= 0) {
         emit_finished(evs, r, r->finish_after);
         return ADV_ENDED;
     }
-    if (r->n_gen >= r->max_tokens) {
+    if (r->gen.n_gen >= r->max_tokens) {
         emit_finished(evs, r, GEIST_FINISH_LENGTH);
         return ADV_ENDED;
     }
@@ -664,62 +565,37 @@ static void sample_task(void *ctx, int64_t i, float *scratch) {
     if (pk->adv != ADV_SAMPLE) return;
     gt_req *r = pk->r;
     r->sample_err = (gt_err){0};
-    r->sample_st = gt_sampler_sample(r->sampler, r->session->logits, &r->sampled, &r->sample_err);
+    r->sample_st =
+        gt_sampler_sample(r->gen.sampler, r->session->logits, &r->sampled, &r->sample_err);
 }
 
 /* Returns true when the request ended (events written). */
 static bool advance_end(gt_req *r, ev_vec *evs) {
-    geist_session *s = r->session;
     gt_err err = {0};
     if (r->sample_st != GEIST_OK) {
         emit_failed(evs, r, &r->sample_err);
         return true;
     }
     const int32_t id = r->sampled;
-    if (gt_token_is_end(r->model, id)) {
-        emit_finished(evs, r, GEIST_FINISH_STOP);
-        return true;
-    }
-    if (s->n_past >= s->max_seq_len) {
-        emit_finished(evs, r, GEIST_FINISH_CAPACITY);
-        return true;
-    }
-    r->n_gen++;
-    r->pending = id;
-    r->state = R_DECODE;
-    char buf[256];
+    const char *piece = NULL;
     size_t len = 0;
-    geist_status st = gt_detok_push(r->detok, id, buf, sizeof buf, &len, &err);
-    char *big = NULL;
-    const char *piece = buf;
-    if (st == GEIST_ERR_BUFFER_TOO_SMALL) {
-        big = malloc(len);
-        st = big ? gt_detok_push(r->detok, id, big, len, &len, &err) : GEIST_ERR_OUT_OF_MEMORY;
-        piece = big;
-    }
-    const size_t before = r->out_len;
-    if (st != GEIST_OK || !out_append(r, piece, len)) {
-        free(big);
-        gt_fail(&err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (reply text)");
+    int32_t finish = -1;
+    switch (gt_gen_token(&r->gen, id, &piece, &len, &finish, &err)) {
+    case GT_GEN_END:
+        emit_finished(evs, r, finish);
+        return true;
+    case GT_GEN_FAILED:
         emit_failed(evs, r, &err);
         return true;
+    case GT_GEN_CONTINUE:
+        break;
     }
-    free(big);
+    r->pending = id;
+    r->state = R_DECODE;
+    r->finish_after = finish;
     geist_event ev = ev_base(r, GEIST_EVENT_TOKEN);
     ev.token = id;
-    const size_t hit = stop_hit(r, before);
-    if (hit != SIZE_MAX) {
-        r->out_len = hit;
-        r->out[hit] = '\0';
-        emit(evs, &ev, r->out + r->emitted, hit > r->emitted ? hit - r->emitted : 0);
-        if (hit > r->emitted) r->emitted = hit;
-        r->finish_after = GEIST_FINISH_STOP;
-        return false;
-    }
-    const size_t safe = r->out_len - held_back(r, r->emitted, r->out_len);
-    emit(evs, &ev, r->out + r->emitted, safe > r->emitted ? safe - r->emitted : 0);
-    if (safe > r->emitted) r->emitted = safe;
-    if (r->n_gen >= r->max_tokens) r->finish_after = GEIST_FINISH_LENGTH;
+    emit(evs, &ev, piece, len);
     return false;
 }
 
@@ -916,7 +792,7 @@ static void *scheduler_main(void *arg) {
             if (r->state == R_DECODE) {
                 want = 1;
             } else if (r->state == R_PREFILL) {
-                want = r->n_prompt - r->n_prompt_done;
+                want = r->gen.n_prompt - r->n_prompt_done;
                 if (want > prefill_left) want = prefill_left;
                 if (want > rows_left) want = rows_left;
                 if (want == 0) continue; /* prefill budget of this step is spent */
@@ -952,16 +828,18 @@ static void *scheduler_main(void *arg) {
                 for (int32_t j = 0; j < picks[i].rows; j++, t++) {
                     rows[t].s = s;
                     rows[t].pos = s->n_past + j;
-                    rows[t].id = r->state == R_DECODE ? r->pending : r->prompt[r->n_prompt_done + j];
+                    rows[t].id = r->state == R_DECODE ? r->pending
+                                                       : r->gen.prompt[r->n_prompt_done + j];
                     rows[t].logits = NULL;
                 }
                 if (picks[i].rows > 0) {
                     /* the ids of the positions it appends (positions n_past..) */
-                    int32_t *ids = r->state == R_DECODE ? &r->pending : r->prompt + r->n_prompt_done;
+                    int32_t *ids =
+                        r->state == R_DECODE ? &r->pending : r->gen.prompt + r->n_prompt_done;
                     gt_session_note_tokens(s, ids, picks[i].rows);
                 }
                 const bool last_prompt = r->state == R_PREFILL &&
-                                         r->n_prompt_done + picks[i].rows == r->n_prompt;
+                                         r->n_prompt_done + picks[i].rows == r->gen.n_prompt;
                 if (r->state == R_DECODE || last_prompt) rows[t - 1].logits = s->logits;
             }
             st = gt_forward_batch(model, rows, n_rows, rt->scratch, &err);

@@ -1,0 +1,292 @@
+/* The generation loop's per-request state (gen.h). */
+#include "gen.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../chat/chat.h"
+#include "../chat/conversation.h"
+#include "../tokenizer/tokenizer.h"
+
+static char *dup_str(const char *s) {
+    const size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+geist_status gt_gen_check_ids(const geist_session *s, size_t n_ids, gt_err *err) {
+    if (n_ids == 0 && !s->has_logits)
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                       "empty prompt on a session without logits: nothing to continue from");
+    const int32_t room = s->max_seq_len - s->n_past;
+    if (n_ids > (size_t)room)
+        return gt_fail(err, GEIST_ERR_CAPACITY,
+                       "prompt of %zu tokens does not fit: the session holds %d of its max_seq_len "
+                       "%d (room for %d)",
+                       n_ids, s->n_past, s->max_seq_len, room);
+    return GEIST_OK;
+}
+
+void gt_gen_free(gt_gen *g) {
+    if (!g) return;
+    free(g->prompt);
+    if (g->stop)
+        for (size_t i = 0; i < g->n_stop; i++) free(g->stop[i]);
+    free(g->stop);
+    gt_sampler_free(g->sampler);
+    gt_detok_free(g->detok);
+    free(g->out);
+    memset(g, 0, sizeof *g);
+}
+
+/* The request's stop strings, then (for a conversation) the template's end-of-turn strings. */
+static geist_status copy_stops(gt_gen *g, const gt_gen_input *in, bool chat, gt_err *err) {
+    const char *tmpl_stop[16];
+    size_t n_tmpl = 0;
+    if (chat && gt_chat_stop_strings(g->model, tmpl_stop, 16, &n_tmpl) != GEIST_OK) n_tmpl = 0;
+    g->stop = gt_calloc(in->n_stop + n_tmpl + 1, sizeof(char *));
+    if (!g->stop) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (stop strings)");
+    for (size_t i = 0; i < in->n_stop + n_tmpl; i++) {
+        const char *src = i < in->n_stop ? in->stop[i] : tmpl_stop[i - in->n_stop];
+        bool seen = false;
+        for (size_t j = 0; j < g->n_stop && !seen; j++) seen = strcmp(g->stop[j], src) == 0;
+        if (seen) continue;
+        if (!(g->stop[g->n_stop] = dup_str(src)))
+            return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (stop strings)");
+        g->n_stop++;
+    }
+    return GEIST_OK;
+}
+
+/* The session's tokens (its shared prefix's first); *out malloc'd. */
+static geist_status held_ids(const geist_session *s, int32_t **out, gt_err *err) {
+    *out = gt_malloc_array(s->n_past > 0 ? (size_t)s->n_past : 1, sizeof(int32_t));
+    if (!*out) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (session tokens)");
+    if (s->n_prefix) memcpy(*out, s->prefix->s->ids, (size_t)s->n_prefix * sizeof(int32_t));
+    if (s->n_past > s->n_prefix)
+        memcpy(*out + s->n_prefix, s->ids, (size_t)(s->n_past - s->n_prefix) * sizeof(int32_t));
+    return GEIST_OK;
+}
+
+/* The penalty window sees the conversation, not just this request: the session's own tokens
+ * that stay (the first `kept` positions), then the prompt. */
+static void seed_history(gt_gen *g, int32_t kept, int32_t last_n) {
+    const geist_session *s = g->session;
+    if (last_n <= 0) return;
+    const int32_t n_held = kept - s->n_prefix;
+    const int32_t from_prompt = g->n_prompt < last_n ? g->n_prompt : last_n;
+    const int32_t from_held = last_n - from_prompt < n_held ? last_n - from_prompt : n_held;
+    for (int32_t i = n_held - from_held; i < n_held; i++) gt_sampler_accept(g->sampler, s->ids[i]);
+    for (int32_t i = g->n_prompt - from_prompt; i < g->n_prompt; i++)
+        gt_sampler_accept(g->sampler, g->prompt[i]);
+}
+
+static geist_status set_prompt(gt_gen *g, const int32_t *ids, size_t n, gt_err *err) {
+    if (n > (size_t)INT32_MAX) return gt_fail(err, GEIST_ERR_CAPACITY, "prompt too long");
+    free(g->prompt);
+    g->prompt = gt_malloc_array(n ? n : 1, sizeof(int32_t));
+    if (!g->prompt) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (prompt)");
+    if (n) memcpy(g->prompt, ids, n * sizeof(int32_t));
+    g->n_prompt = (int32_t)n;
+    return GEIST_OK;
+}
+
+geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in, gt_err *err) {
+    memset(g, 0, sizeof *g);
+    g->model = s->model;
+    g->session = s;
+    g->max_tokens = in->max_tokens;
+    const geist_model *m = s->model;
+    const bool chat = in->messages != NULL;
+    geist_sampler_options so = in->sampler;
+    int32_t kept = s->n_past; /* positions of the session that stay */
+    int32_t *conv = NULL;
+    size_t n_conv = 0;
+    geist_status st = copy_stops(g, in, chat, err);
+    if (st != GEIST_OK) goto fail;
+    if (chat) {
+        geist_context_policy pol;
+        st = gt_context_policy_check(&in->context, &pol, err);
+        if (st != GEIST_OK) goto fail;
+        const int32_t half = s->max_seq_len / 2;
+        const int32_t reserve = pol.reply_reserve >= 0 ? pol.reply_reserve
+                                                       : (in->max_tokens < half ? in->max_tokens : half);
+        int32_t *held = NULL;
+        st = held_ids(s, &held, err);
+        if (st != GEIST_OK) goto fail;
+        gt_conv_plan plan = {0};
+        st = gt_conversation_plan(m, in->messages, in->n_messages, &pol, s->max_seq_len, reserve,
+                                  held, (size_t)s->n_past, &plan, err);
+        free(held);
+        if (st != GEIST_OK) goto fail;
+        conv = plan.ids;
+        n_conv = plan.n_ids;
+        size_t common = plan.n_common < n_conv ? plan.n_common : n_conv - 1; /* one id to run */
+        if (common < (size_t)s->n_prefix) {
+            st = gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                         "the conversation does not begin with the session's shared prefix (%d "
+                         "tokens): render the persona as the prefix's first messages",
+                         s->n_prefix);
+            goto fail;
+        }
+        kept = (int32_t)common;
+        g->n_dropped = (int32_t)plan.n_dropped;
+        /* each turn draws anew; a restored session draws as the original did */
+        so.seed += (uint64_t)n_conv * UINT64_C(0x9E3779B97F4A7C15);
+        st = set_prompt(g, conv + common, n_conv - common, err);
+    } else if (in->text) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        const uint32_t flags = s->n_past == 0 ? GEIST_TOKENIZE_ADD_SPECIAL : 0;
+        st = gt_tokenize_alloc(m, in->text, strlen(in->text), flags, &ids, &n, err);
+        if (st == GEIST_OK) {
+            g->prompt = ids;
+            g->n_prompt = (int32_t)n;
+            if (n > (size_t)INT32_MAX) st = gt_fail(err, GEIST_ERR_CAPACITY, "prompt too long");
+        }
+    } else {
+        st = set_prompt(g, in->ids, in->n_ids, err);
+    }
+    if (st != GEIST_OK) goto fail;
+    if (g->n_prompt > s->max_seq_len - kept) {
+        st = gt_fail(err, GEIST_ERR_CAPACITY,
+                     "prompt of %d tokens does not fit: the session holds %d of its max_seq_len "
+                     "%d (room for %d)",
+                     g->n_prompt, kept, s->max_seq_len, s->max_seq_len - kept);
+        goto fail;
+    }
+    if (g->n_prompt == 0 && !s->has_logits) {
+        st = gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                     "empty prompt on a session without logits: nothing to continue from");
+        goto fail;
+    }
+    st = gt_sampler_create(m->cfg.n_vocab, &so, &g->sampler, err);
+    if (st != GEIST_OK) goto fail;
+    st = gt_detok_create(m, 0, &g->detok, err);
+    if (st != GEIST_OK) goto fail;
+    /* the rewind comes last: nothing above changed the session */
+    if (kept < s->n_past) {
+        gt_err ignored = {0};
+        if (gt_session_truncate(s, kept, &ignored) != GEIST_OK) {
+            /* a sliding-window ring no longer holds what the shorter session needs: start over
+             * from the shared prefix (or empty) */
+            gt_session_reset(s);
+            kept = s->n_past;
+            st = set_prompt(g, conv + kept, n_conv - (size_t)kept, err);
+            if (st != GEIST_OK) goto fail;
+        }
+    }
+    g->n_reused = kept;
+    seed_history(g, kept, so.penalty_last_n);
+    free(conv);
+    return GEIST_OK;
+fail:
+    free(conv);
+    gt_gen_free(g);
+    return st;
+}
+
+/* Trailing bytes of out[from..len) that could still begin a stop string. */
+static size_t held_back(const gt_gen *g, size_t from, size_t len) {
+    size_t keep = 0;
+    for (size_t i = 0; i < g->n_stop; i++) {
+        const size_t sl = strlen(g->stop[i]);
+        for (size_t k = sl > 0 ? sl - 1 : 0; k > keep; k--) {
+            if (k > len - from) continue;
+            if (memcmp(g->out + len - k, g->stop[i], k) == 0) {
+                keep = k;
+                break;
+            }
+        }
+    }
+    return keep;
+}
+
+/* First stop string occurrence in out that may involve bytes after `from` (SIZE_MAX: none). */
+static size_t stop_hit(const gt_gen *g, size_t from) {
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < g->n_stop; i++) {
+        const size_t sl = strlen(g->stop[i]);
+        if (sl == 0 || sl > g->out_len) continue;
+        const size_t start = from + 1 > sl ? from + 1 - sl : 0;
+        for (size_t p = start; p + sl <= g->out_len && p < best; p++)
+            if (memcmp(g->out + p, g->stop[i], sl) == 0) {
+                best = p;
+                break;
+            }
+    }
+    return best;
+}
+
+static bool out_append(gt_gen *g, const char *p, size_t n) {
+    if (g->out_len + n + 1 > g->out_cap) {
+        size_t cap = g->out_cap ? g->out_cap : 256;
+        while (cap < g->out_len + n + 1) cap *= 2;
+        char *o = realloc(g->out, cap);
+        if (!o) return false;
+        g->out = o;
+        g->out_cap = cap;
+    }
+    memcpy(g->out + g->out_len, p, n);
+    g->out_len += n;
+    g->out[g->out_len] = '\0';
+    return true;
+}
+
+gt_gen_step gt_gen_token(gt_gen *g, int32_t id, const char **piece, size_t *piece_len,
+                         int32_t *finish_after, gt_err *err) {
+    const geist_session *s = g->session;
+    *piece = "";
+    *piece_len = 0;
+    *finish_after = -1;
+    if (gt_token_is_end(g->model, id)) {
+        *finish_after = GEIST_FINISH_STOP;
+        return GT_GEN_END;
+    }
+    if (s->n_past >= s->max_seq_len) {
+        *finish_after = GEIST_FINISH_CAPACITY;
+        return GT_GEN_END;
+    }
+    char buf[256];
+    size_t len = 0;
+    char *big = NULL;
+    const char *text = buf;
+    geist_status st = gt_detok_push(g->detok, id, buf, sizeof buf, &len, err);
+    if (st == GEIST_ERR_BUFFER_TOO_SMALL) {
+        big = malloc(len);
+        st = big ? gt_detok_push(g->detok, id, big, len, &len, err)
+                 : gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (reply text)");
+        text = big;
+    }
+    const size_t before = g->out_len;
+    const bool ok = st == GEIST_OK && out_append(g, text, len);
+    free(big);
+    if (!ok) {
+        if (st == GEIST_OK) gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (reply text)");
+        return GT_GEN_FAILED;
+    }
+    g->n_gen++;
+    size_t upto;
+    const size_t hit = stop_hit(g, before);
+    if (hit != SIZE_MAX) {
+        g->out_len = hit;
+        g->out[hit] = '\0';
+        upto = hit;
+        *finish_after = GEIST_FINISH_STOP;
+    } else {
+        upto = g->out_len - held_back(g, g->emitted, g->out_len);
+        if (g->n_gen >= g->max_tokens) *finish_after = GEIST_FINISH_LENGTH;
+    }
+    if (upto > g->emitted) {
+        *piece = g->out + g->emitted;
+        *piece_len = upto - g->emitted;
+        g->emitted = upto;
+    }
+    return GT_GEN_CONTINUE;
+}
+
+const char *gt_gen_reply(const gt_gen *g, size_t *len) {
+    *len = g->emitted;
+    return g->out ? g->out : "";
+}

@@ -1,0 +1,66 @@
+/* The one generation loop's per-request state, for every front end (the runtime drives it; the
+ * Python and Godot front ends only submit requests): the prompt (text tokenized, ids as given, or
+ * a conversation fitted to the session), the sampler, the streaming detokenizer, stop strings
+ * with hold-back, and the finish reasons. Runs on the runtime's thread. */
+#ifndef GEIST_GEN_H
+#define GEIST_GEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../sample/sampler.h"
+#include "../session/session.h"
+#include "../tokenizer/detok.h"
+
+/* A request's inputs (the runtime's owned copies; exactly one of text, ids, messages). */
+typedef struct gt_gen_input {
+    const char *text;
+    const int32_t *ids;
+    size_t n_ids;
+    const geist_chat_message *messages;
+    size_t n_messages;
+    geist_context_policy context;
+    const char *const *stop;
+    size_t n_stop;
+    geist_sampler_options sampler;
+    int32_t max_tokens;
+} gt_gen_input;
+
+typedef struct gt_gen {
+    const geist_model *model;
+    geist_session *session;
+    int32_t *prompt; /* ids to run after the session's kept tokens */
+    int32_t n_prompt, n_reused, n_dropped;
+    char **stop; /* the request's stop strings, then the template's (messages) */
+    size_t n_stop;
+    geist_sampler *sampler;
+    gt_detok *detok;
+    char *out; /* the reply so far; out[0..emitted) has been streamed */
+    size_t out_len, out_cap, emitted;
+    int32_t n_gen, max_tokens;
+} gt_gen;
+
+/* Checks an ids prompt against the session's room before it is queued (GEIST_ERR_CAPACITY). */
+geist_status gt_gen_check_ids(const geist_session *s, size_t n_ids, gt_err *err);
+
+/* Builds the prompt, the sampler and the detokenizer; for a conversation, rewinds the session to
+ * the prefix it shares with the rendering (the last step, after everything that can fail). On
+ * error nothing is left allocated in g (gt_gen_free is still safe) and the session is unchanged. */
+geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in, gt_err *err);
+void gt_gen_free(gt_gen *g);
+
+/* What a sampled token does. */
+typedef enum gt_gen_step {
+    GT_GEN_CONTINUE = 0, /* appended: run it, stream *piece; *finish_after >= 0 ends after it */
+    GT_GEN_END = 1,      /* not appended: finish with *finish_after (an end token, no room) */
+    GT_GEN_FAILED = 2    /* err says why (out of memory) */
+} gt_gen_step;
+
+gt_gen_step gt_gen_token(gt_gen *g, int32_t id, const char **piece, size_t *piece_len,
+                         int32_t *finish_after, gt_err *err);
+
+/* The reply as streamed: the concatenation of every piece gt_gen_token returned. */
+const char *gt_gen_reply(const gt_gen *g, size_t *len);
+
+#endif
