@@ -590,6 +590,7 @@ static geist_status prepare(gt_req *r, gt_err *err) {
                        "empty prompt on a session without logits: nothing to continue from");
     st = gt_sampler_create(m->cfg.n_vocab, &r->sopts, &r->sampler, err);
     if (st != GEIST_OK) return st;
+    gt_sampler_set_simd(r->sampler, m->backend->simd);
     /* The penalty window sees the conversation, not just this request: the session's own
      * held tokens, then the prompt (a game resubmitting only the new turn keeps its history). */
     const int32_t last_n = r->sopts.penalty_last_n;
