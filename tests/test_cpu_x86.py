@@ -13,8 +13,12 @@ cpu_x86 with AVX2 (backend/backend.h), in the same arithmetic (the F16 softmax's
 polynomial in both forms, util/vexp_x86.h), so the bits agree. One step does not: on a CPU with
 AVX-512F, cpu_x86 and cpu_x86_avx512 attend over F16 caches with head dims that are multiples of
 16 by the AVX-512 kernels, which accumulate by fused multiply-adds in 16 lanes (their own order,
-kept for speed); there the logits may differ from cpu_scalar's by rounding (AVX512_ATTN_RTOL)
-and greedy ids are not compared. cpu_x86_avx2 never uses them, so it stays bit-identical.
+kept for speed). There (_check_vs_scalar) the rest is held bit-identical through F32 caches, and
+the F16 attention close to cpu_scalar's with float activations (AVX512_ATTN_RTOL); with
+quantized activations a rounding difference can move an int8 step and greedy ids can part
+(emulated in plain C on an AVX2 machine: up to 1.5e-2 relative on fixtures, and smollm2's ids
+parting after 0 to 33 tokens in 5 of 8 prompts), so no closeness is claimed there. cpu_x86_avx2
+never uses those kernels, so it stays bit-identical to cpu_scalar everywhere.
 """
 
 from __future__ import annotations
@@ -65,21 +69,8 @@ def _avx512_attention(backend: str, head_dim: int, kv_mode: str) -> bool:
 
 
 # Worst relative L2 distance of a logits row to cpu_scalar's where the AVX-512 attention kernels
-# run (fused multiply-adds instead of the canonical order; fixtures' needle-sharp attention)
-AVX512_ATTN_RTOL = 1e-3
-
-
-def _assert_matches(ids: list[int], logits: np.ndarray, ref_ids: list[int],
-                    ref_logits: np.ndarray, exact: bool = True) -> None:
-    if exact:
-        assert ids == ref_ids
-        assert np.array_equal(logits, ref_logits)
-        return
-    # ids diverge after a near tie; compare the rows up to the first difference
-    n = next((i for i, (a, b) in enumerate(zip(ids, ref_ids, strict=True)) if a != b), len(ids))
-    d = np.linalg.norm(logits[: n + 1] - ref_logits[: n + 1], axis=1)
-    rel = d / np.linalg.norm(ref_logits[: n + 1], axis=1)
-    assert rel.max() < AVX512_ATTN_RTOL, rel.max()
+# run, with float activations (F16/F32 weights); emulated: 1.7e-5 on the fixtures
+AVX512_ATTN_RTOL = 1e-4
 
 
 def _random_row(qtype: T, n: int, rng: np.random.Generator) -> bytes:
@@ -154,6 +145,24 @@ def _greedy(
     return ids, np.stack(logits)
 
 
+def _check_vs_scalar(path: Path, backend: str, prompt: list[int], n_new: int, kv_mode: str,
+                     head_dim: int, float_acts: bool) -> None:
+    """backend (2 threads) against cpu_scalar (1 thread): ids and logits bit for bit; where the
+    backend attends by the AVX-512 kernels (module doc), bit for bit with F32 caches instead, and
+    with float activations close over F16 caches (the same ids fed to both)."""
+    avx512 = _avx512_attention(backend, head_dim, kv_mode)
+    mode = "f32" if avx512 else kv_mode
+    ref_ids, ref_logits = _greedy(path, "cpu_scalar", 1, prompt, n_new, kv_mode=mode)
+    ids, logits = _greedy(path, backend, 2, prompt, n_new, kv_mode=mode)
+    assert ids == ref_ids
+    assert np.array_equal(logits, ref_logits)
+    if avx512 and float_acts:
+        ref_ids, ref_logits = _greedy(path, "cpu_scalar", 1, prompt, n_new, kv_mode=kv_mode)
+        _, logits = _greedy(path, backend, 2, prompt, n_new, ref_ids, kv_mode=kv_mode)
+        rel = np.linalg.norm(logits - ref_logits, axis=1) / np.linalg.norm(ref_logits, axis=1)
+        assert rel.max() < AVX512_ATTN_RTOL, rel.max()
+
+
 FIXTURES = [
     ("llama", "Q4_1"),
     ("llama", "Q4_0"),
@@ -184,11 +193,9 @@ def fixture_model(
 def test_fixture_matches_scalar(fixture_model: Path, backend: str) -> None:
     _require(backend)
     prompt = [int(v) for v in np.random.default_rng(3).integers(1, 300, 40)]
-    ref_ids, ref_logits = _greedy(fixture_model, "cpu_scalar", 1, prompt, 16)
-    ids, logits = _greedy(fixture_model, backend, 2, prompt, 16)
-    arch = fixture_model.stem.split("-")[0]
-    _assert_matches(ids, logits, ref_ids, ref_logits,
-                    not _avx512_attention(backend, HEAD_DIM[arch], "f16"))
+    arch, wtype = fixture_model.stem.split("-")
+    _check_vs_scalar(fixture_model, backend, prompt, 16, "f16", HEAD_DIM[arch],
+                     float_acts=wtype in ("F16", "F32"))
 
 
 # Attention and activations, plain (cpu_scalar) against SIMD: SiLU (llama) and GELU (gemma3);
@@ -222,9 +229,7 @@ def test_attention_paths_match_scalar(
     _require(backend)
     path, hd = attn_fixture
     prompt = [int(v) for v in np.random.default_rng(6).integers(1, 300, 37)]
-    ref_ids, ref_logits = _greedy(path, "cpu_scalar", 1, prompt, 12, kv_mode=kv_mode)
-    ids, logits = _greedy(path, backend, 2, prompt, 12, kv_mode=kv_mode)
-    _assert_matches(ids, logits, ref_ids, ref_logits, not _avx512_attention(backend, hd, kv_mode))
+    _check_vs_scalar(path, backend, prompt, 12, kv_mode, hd, float_acts=False)
 
 
 def test_shared_prefix_matches_scalar(tmp_path: Path) -> None:
@@ -350,12 +355,8 @@ def test_real_model_matches_scalar(name: str) -> None:
     ref = reference_json(name)
     for p in ref["prompts"]:
         prompt = [int(v) for v in p["prompt_ids"]]
-        ref_ids, ref_logits = _greedy(path, "cpu_scalar", 2, prompt, 64)
         for backend in ("cpu_x86", "cpu_x86_avx2"):
-            ids, logits = _greedy(path, backend, 2, prompt, 64)
-            assert ids == ref_ids, (backend, p["text"])  # AVX-512 attention's rounding too
-            _assert_matches(ids, logits, ref_ids, ref_logits,
-                            not _avx512_attention(backend, head_dim, "f16"))
+            _check_vs_scalar(path, backend, prompt, 64, "f16", head_dim, float_acts=False)
 
 
 # -- integer block-dot kernels (native/tests/test_backend_q.c) -----------------------------------

@@ -3,7 +3,7 @@
  * optional may be NULL; the rest are required. Elementwise steps (norms, rotary, activations:
  * model/forward.c, util/vmath.c) and attention (session/kv.c) are not backend ops: the CPU runs
  * them for every backend, with the SIMD that the backend's `simd` permits (and the CPU has,
- * util/cpu.h), in the same arithmetic either way, so all CPU backends compute them alike:
+ * util/cpu.h), in the same arithmetic either way (one exception below), so CPU backends agree:
  *   cpu_scalar (and its exact variant): GT_SIMD_NONE, plain C loops only: attention through
  *     kv.c's portable vector helpers and plain softmaxes, activations through vmath.c's
  *     gated_plain (e^x by gt_vexp1, util/vexp_x86.h), KV rows converted to F16 one by one.
@@ -11,8 +11,10 @@
  *   cpu_x86, cpu_x86_avx512: GT_SIMD_AVX512: as cpu_x86_avx2, and F16 attention by the AVX-512
  *     kernels where the CPU has AVX-512F and the head dims are multiples of 16. Those kernels
  *     accumulate by fused multiply-adds (their own order, not the canonical one), so there the
- *     logits differ from cpu_scalar's by rounding (tests/test_cpu_x86.py says by how much).
- * The sampler, inside a runtime request, follows the same permission (runtime/runtime.c). */
+ *     logits differ from cpu_scalar's by rounding, which quantized activations can turn into
+ *     parting greedy ids (tests/test_cpu_x86.py says what is checked there).
+ * A backend that sets no `simd` (0) gets the plain loops. The sampler of a runtime request follows
+ * the same permission (runtime/runtime.c); a standalone geist_sampler uses the CPU's best. */
 #ifndef GEIST_BACKEND_H
 #define GEIST_BACKEND_H
 
