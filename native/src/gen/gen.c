@@ -163,6 +163,7 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
     }
     st = gt_sampler_create(m->cfg.n_vocab, &so, &g->sampler, err);
     if (st != GEIST_OK) goto fail;
+    gt_sampler_set_simd(g->sampler, m->backend->simd); /* cpu_scalar samples in plain C too */
     st = gt_detok_create(m, 0, &g->detok, err);
     if (st != GEIST_OK) goto fail;
     /* the rewind comes last: nothing above changed the session */

@@ -104,6 +104,7 @@ geist_status gt_sampler_create(int32_t n_vocab, const geist_sampler_options *o,
         return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "sampler: out of memory (n_vocab %d)", n_vocab);
     }
     rng_seed(s->rng, o->seed);
+    s->simd = GT_SIMD_AVX2;
     *out = s;
     return GEIST_OK;
 }
@@ -360,34 +361,39 @@ static SAMPLE_AVX2 int32_t argmax_avx2(const float *w, size_t n) {
     return -1;
 }
 
-static bool has_avx2(void) { return __builtin_cpu_supports("avx2"); }
+static bool has_avx2(gt_simd simd) { return simd >= GT_SIMD_AVX2 && gt_cpu_has(GT_CPU_AVX2); }
 #else
-static bool has_avx2(void) { return false; }
+static bool has_avx2(gt_simd simd) {
+    (void)simd;
+    return false;
+}
 static void sanitize_avx2(float *w, const float *logits, size_t n) { sanitize_scalar(w, logits, n); }
 static int32_t argmax_avx2(const float *w, size_t n) { return argmax_scalar(w, n); }
 #endif
 
-static void sanitize(float *w, const float *logits, size_t n) {
-    if (has_avx2()) sanitize_avx2(w, logits, n);
+static void sanitize(float *w, const float *logits, size_t n, gt_simd simd) {
+    if (has_avx2(simd)) sanitize_avx2(w, logits, n);
     else sanitize_scalar(w, logits, n);
 }
 
-static int32_t argmax(const float *w, size_t n) {
-    return has_avx2() ? argmax_avx2(w, n) : argmax_scalar(w, n);
+static int32_t argmax(const float *w, size_t n, gt_simd simd) {
+    return has_avx2(simd) ? argmax_avx2(w, n) : argmax_scalar(w, n);
 }
+
+void gt_sampler_set_simd(geist_sampler *s, gt_simd simd) { s->simd = simd; }
 
 geist_status gt_sampler_sample(geist_sampler *s, const float *logits, int32_t *out_id,
                                gt_err *err) {
     const geist_sampler_options *o = &s->opts;
     size_t n = (size_t)s->n_vocab;
     float *w = s->work;
-    sanitize(w, logits, n);
+    sanitize(w, logits, n, s->simd);
     apply_penalties(s);
     for (size_t i = 0; i < s->n_bias; i++) w[s->bias_id[i]] += s->bias_val[i];
     if (s->hook) s->hook(s->hook_user, w, s->n_vocab);
 
     if (o->temperature <= 0.0f) {
-        const int32_t best = argmax(w, n);
+        const int32_t best = argmax(w, n, s->simd);
         if (best < 0)
             return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
                            "sampler: no candidate token (every logit is -inf after penalties, "

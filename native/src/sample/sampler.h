@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../util/cpu.h"
 #include "../util/util.h"
 #include "geist.h"
 
@@ -63,6 +64,7 @@ struct geist_sampler {
     size_t n_bias;
     geist_logits_hook hook;
     void *hook_user;
+    gt_simd simd; /* AVX2 where the CPU has it (create's default), or plain loops (the same ids) */
 };
 
 /* Checks option values (struct_size is the API's business). */
@@ -78,6 +80,9 @@ geist_status gt_sampler_set_options(geist_sampler *s, const geist_sampler_option
 geist_status gt_sampler_set_logit_bias(geist_sampler *s, const int32_t *ids, const float *bias,
                                        size_t n, gt_err *err);
 void gt_sampler_set_hook(geist_sampler *s, geist_logits_hook hook, void *user);
+/* The SIMD sample() may use: create sets GT_SIMD_AVX2 (the CPU's best); a runtime request sets
+ * its engine's backend's, so a cpu_scalar engine samples with plain loops. */
+void gt_sampler_set_simd(geist_sampler *s, gt_simd simd);
 geist_status gt_sampler_sample(geist_sampler *s, const float *logits, int32_t *out_id,
                                gt_err *err);
 /* Records id in the history; ids outside [0, n_vocab) are ignored. */

@@ -427,8 +427,8 @@ static void layer_task(void *ctx, int64_t task, float *tmp) {
     case STEP_ACT: {
         float *gt = sc->gate + t * c->n_ff;
         const float *ut = sc->up + t * c->n_ff;
-        if (c->act == GT_ACT_SILU) gt_silu_mul(gt, ut, c->n_ff);
-        else gt_gelu_tanh_mul(gt, ut, c->n_ff);
+        if (c->act == GT_ACT_SILU) gt_silu_mul(gt, ut, c->n_ff, m->backend->simd);
+        else gt_gelu_tanh_mul(gt, ut, c->n_ff, m->backend->simd);
         break;
     }
     }

@@ -14,19 +14,25 @@
  *            newest tokens of an incomplete block stay in an F16 residual and are quantized when
  *            their block completes.
  * Attention reads every format in place (no dequantized copy of the cache). Dot products use 8
- * partial sums in a fixed order, so the F16C path and the portable path give identical bits. */
+ * partial sums in a fixed order, so the F16C path and the portable path give identical bits.
+ *
+ * SIMD follows the engine's backend (its `simd`, backend/backend.h), then the CPU (util/cpu.h):
+ * with cpu_scalar every step here is plain C (the portable helpers; the F16 softmax by
+ * softmax_f16_plain, softmax_f16path's arithmetic with gt_vexp1), with the same bits as the AVX2
+ * kernels. */
 #include "kv.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/cpu.h"
 #include "../util/util.h"
+#include "../util/vexp_x86.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-#include "../util/vexp_x86.h"
 #define KV_HAVE_X86 1
 #define KV_TARGET __attribute__((target("avx2,f16c")))
 #endif
@@ -264,13 +270,22 @@ static KV_TARGET void axpy_f16_avx(float *o, float w, const uint16_t *h, int32_t
     for (; i < n; i++) o[i] += w * gt_f16_to_f32(h[i]);
 }
 
-static bool has_simd(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-           __builtin_cpu_supports("fma"); /* softmax_f16path */
-}
-#else
-static bool has_simd(void) { return false; }
 #endif
+
+/* The kernels a session's KV steps may use: its engine's backend's permission, as far as the CPU
+ * has the features (the AVX2 kernels need F16C, softmax_f16path FMA too; AVX-512: F). */
+typedef enum kv_simd { KV_PLAIN, KV_AVX2, KV_AVX512 } kv_simd;
+
+static kv_simd kv_simd_of(const geist_session *s) {
+#ifdef KV_HAVE_X86
+    const gt_simd p = s->model->backend->simd;
+    if (p < GT_SIMD_AVX2 || !gt_cpu_has(GT_CPU_AVX2 | GT_CPU_F16C | GT_CPU_FMA)) return KV_PLAIN;
+    return p >= GT_SIMD_AVX512 && gt_cpu_has(GT_CPU_AVX512F) ? KV_AVX512 : KV_AVX2;
+#else
+    (void)s;
+    return KV_PLAIN;
+#endif
+}
 
 typedef struct vec_ops {
     float (*dot_f32)(const float *, const float *, int32_t);
@@ -278,11 +293,11 @@ typedef struct vec_ops {
     void (*axpy_f16)(float *, float, const uint16_t *, int32_t);
 } vec_ops;
 
-static vec_ops pick_ops(void) {
+static vec_ops pick_ops(kv_simd simd) {
 #ifdef KV_HAVE_X86
-    if (has_simd()) return (vec_ops){dot_f32_avx, dot_f16_avx, axpy_f16_avx};
+    if (simd != KV_PLAIN) return (vec_ops){dot_f32_avx, dot_f16_avx, axpy_f16_avx};
 #endif
-    (void)has_simd;
+    (void)simd;
     return (vec_ops){dot_f32_port, dot_f16_port, axpy_f16_port};
 }
 
@@ -384,22 +399,24 @@ static KV_TARGET void f16_row_avx(uint8_t *dst, const float *x, int32_t n) {
 #endif
 
 /* n floats -> n f16 at dst */
-static void f16_row(uint8_t *dst, const float *x, int32_t n) {
+static void f16_row(uint8_t *dst, const float *x, int32_t n, kv_simd simd) {
 #ifdef KV_HAVE_X86
-    if (has_simd()) {
+    if (simd != KV_PLAIN) {
         f16_row_avx(dst, x, n);
         return;
     }
 #endif
+    (void)simd;
     for (int32_t i = 0; i < n; i++) wr_f16(dst + 2 * i, x[i]);
 }
 
-static void quant_row(uint8_t *dst, int32_t mode, const float *x, int32_t nkv, int32_t hd) {
+static void quant_row(uint8_t *dst, int32_t mode, const float *x, int32_t nkv, int32_t hd,
+                      kv_simd simd) {
     const size_t hb = head_bytes(mode, hd);
     for (int32_t h = 0; h < nkv; h++, dst += hb, x += hd) {
         switch (mode) {
         case GEIST_KV_F32: memcpy(dst, x, (size_t)hd * 4); break;
-        case GEIST_KV_F16: f16_row(dst, x, hd); break;
+        case GEIST_KV_F16: f16_row(dst, x, hd, simd); break;
         case GEIST_KV_INT8: quant_int8(dst, x, hd); break;
         default:
             if (use_hadamard(mode, hd)) {
@@ -482,8 +499,9 @@ void gt_kv_write(geist_session *s, int32_t layer, int32_t pos, const float *k, c
         return;
     }
     const size_t row = (size_t)slot_of(kv, q);
-    quant_row((uint8_t *)kv->k + row * g->krow, g->mode, k, c->n_head_kv, c->head_dim_k);
-    quant_row((uint8_t *)kv->v + row * g->vrow, g->mode, v, c->n_head_kv, c->head_dim_v);
+    const kv_simd simd = kv_simd_of(s);
+    quant_row((uint8_t *)kv->k + row * g->krow, g->mode, k, c->n_head_kv, c->head_dim_k, simd);
+    quant_row((uint8_t *)kv->v + row * g->vrow, g->mode, v, c->n_head_kv, c->head_dim_v, simd);
 }
 
 gt_kv_batching gt_kv_batching_for(const geist_session *s, int32_t layer, int32_t n) {
@@ -508,8 +526,9 @@ void gt_kv_stage_write(const geist_session *s, const gt_kv_stage *st, int32_t i,
                        const float *v) {
     const gt_config *c = &s->model->cfg;
     const gt_kv_geom *g = &s->geom;
-    quant_row(st->k + (size_t)i * g->krow, g->mode, k, c->n_head_kv, c->head_dim_k);
-    quant_row(st->v + (size_t)i * g->vrow, g->mode, v, c->n_head_kv, c->head_dim_v);
+    const kv_simd simd = kv_simd_of(s);
+    quant_row(st->k + (size_t)i * g->krow, g->mode, k, c->n_head_kv, c->head_dim_k, simd);
+    quant_row(st->v + (size_t)i * g->vrow, g->mode, v, c->n_head_kv, c->head_dim_v, simd);
 }
 
 /* One storage (the session's own, the shared prefix's, or a stage) seen by a query. */
@@ -651,6 +670,34 @@ static void softmax_row(float *scores, int32_t n, float scale) {
     }
     const float inv = (float)(1.0 / sum);
     for (int32_t t = 0; t < n; t++) scores[t] *= inv;
+}
+
+/* softmax_f16path's arithmetic in plain C, for F16 caches on the plain path, with the same bits:
+ * the scaled maximum in 8 lanes (as vmaxps: the second operand on NaN), e^x by gt_vexp1, the sum
+ * in 8 lanes (position u in lane u % 8) reduced in softmax_f16path's order */
+static void softmax_f16_plain(float *scores, int32_t n, float scale) {
+    float mx[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int32_t t = 0;
+    for (; t + 8 <= n; t += 8)
+        for (int k = 0; k < 8; k++) {
+            const float v = scores[t + k] * scale;
+            scores[t + k] = v;
+            mx[k] = mx[k] > v ? mx[k] : v;
+        }
+    float m = -INFINITY;
+    for (int k = 0; k < 8; k++) m = mx[k] > m ? mx[k] : m;
+    for (int32_t u = t; u < n; u++) {
+        scores[u] *= scale;
+        m = scores[u] > m ? scores[u] : m;
+    }
+    float l[8] = {0};
+    for (int32_t u = 0; u < n; u++) {
+        const float e = gt_vexp1(scores[u] - m);
+        scores[u] = e;
+        l[u % 8] += e;
+    }
+    const float invs = 1.0f / (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])));
+    for (int32_t u = 0; u < n; u++) scores[u] *= invs;
 }
 
 #ifdef KV_HAVE_X86
@@ -890,8 +937,6 @@ static KV512 void values_512(const f16_head *h) {
     }
 }
 
-static bool has_avx512(void) { return has_simd() && __builtin_cpu_supports("avx512f"); }
-
 /* Query heads [h0, h1) over F16 caches, per KV head: the scores of its query heads, their
  * softmax, the weighted V sums; with the AVX-512 kernels when wide. */
 static void attend_f16(const kv_seg *segs, const int32_t *lo, const int32_t *hi, int32_t n_seg,
@@ -922,7 +967,8 @@ void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t
     const int32_t first = sliding && pos - c->sliding_window + 1 > 0 ? pos - c->sliding_window + 1 : 0;
     const int32_t n_ctx = pos - first + 1;
     const int32_t group = c->n_head / c->n_head_kv;
-    const vec_ops ops = pick_ops();
+    const kv_simd simd = kv_simd_of(s);
+    const vec_ops ops = pick_ops(simd);
     /* segments: [first, np) from the shared prefix, [max(first, np), pos] from our own rows */
     const int32_t np = s->n_prefix;
     kv_seg segs[3];
@@ -952,12 +998,12 @@ void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t
         hi[n_seg] = pos - stage->pos0;
         n_seg++;
     }
-#ifdef KV_HAVE_X86
-    bool all_f16 = has_simd();
+    bool all_f16 = true; /* F16 caches: softmax_f16path's arithmetic, on every path */
     for (int32_t i = 0; i < n_seg; i++) all_f16 = all_f16 && segs[i].g->mode == GEIST_KV_F16;
-    if (all_f16) {
+#ifdef KV_HAVE_X86
+    if (all_f16 && simd != KV_PLAIN) {
         attend_f16(segs, lo, hi, n_seg, c, q, n_ctx, out, sc->scores, h0, h1,
-                   has_avx512() && hk % 16 == 0 && hv % 16 == 0);
+                   simd == KV_AVX512 && hk % 16 == 0 && hv % 16 == 0);
         return;
     }
 #endif
@@ -976,7 +1022,8 @@ void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t
             seg_scores(&segs[i], c, &ops, g, qs, lo[i], hi[i], sc->scores + j, sc->row_k);
             j += hi[i] - lo[i] + 1;
         }
-        softmax_row(sc->scores, n_ctx, c->attn_scale);
+        if (all_f16) softmax_f16_plain(sc->scores, n_ctx, c->attn_scale);
+        else softmax_row(sc->scores, n_ctx, c->attn_scale);
         float *oh = out + (int64_t)h * hv;
         memset(oh, 0, (size_t)hv * sizeof(float));
         j = 0;

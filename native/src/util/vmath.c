@@ -4,11 +4,12 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "cpu.h"
+#include "vexp_x86.h"
+
 #define GELU_K2 1.5957691216057308f /* 2 sqrt(2/pi) */
 
 #if defined(__x86_64__) || defined(__i386__)
-#include "vexp_x86.h"
-
 #define VM_AVX2 __attribute__((target("avx2,fma")))
 
 /* x / (1 + e^-(x (gelu ? k2 (1 + 0.044715 x^2) : 1))) * u, 8 at a time */
@@ -33,31 +34,30 @@ static VM_AVX2 void gated_avx2(float *g, const float *u, int64_t n, bool gelu) {
         memcpy(g + i, tg, (size_t)(n - i) * sizeof(float));
     }
 }
-
-static bool has_avx2_fma(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-#else
-static bool has_avx2_fma(void) { return false; }
-static void gated_avx2(float *g, const float *u, int64_t n, bool gelu) {
-    (void)g, (void)u, (void)n, (void)gelu;
-}
+#define VM_HAVE_X86 1
 #endif
 
-static void gated_scalar(float *g, const float *u, int64_t n, bool gelu) {
+/* gated8's arithmetic one value at a time, in plain C (gt_vexp1 is gt_vexp8's twin): the same
+ * bits */
+static void gated_plain(float *g, const float *u, int64_t n, bool gelu) {
     for (int64_t i = 0; i < n; i++) {
         const float x = g[i];
         const float z = gelu ? GELU_K2 * (x + 0.044715f * x * x * x) : x;
-        g[i] = x / (1.0f + expf(-z)) * u[i];
+        g[i] = x / (1.0f + gt_vexp1(0.0f - z)) * u[i];
     }
 }
 
-void gt_silu_mul(float *g, const float *u, int64_t n) {
-    if (has_avx2_fma()) gated_avx2(g, u, n, false);
-    else gated_scalar(g, u, n, false);
+static void gated(float *g, const float *u, int64_t n, bool gelu, gt_simd simd) {
+#ifdef VM_HAVE_X86
+    if (simd >= GT_SIMD_AVX2 && gt_cpu_has(GT_CPU_AVX2 | GT_CPU_FMA)) {
+        gated_avx2(g, u, n, gelu);
+        return;
+    }
+#endif
+    (void)simd;
+    gated_plain(g, u, n, gelu);
 }
 
-void gt_gelu_tanh_mul(float *g, const float *u, int64_t n) {
-    if (has_avx2_fma()) gated_avx2(g, u, n, true);
-    else gated_scalar(g, u, n, true);
-}
+void gt_silu_mul(float *g, const float *u, int64_t n, gt_simd simd) { gated(g, u, n, false, simd); }
+
+void gt_gelu_tanh_mul(float *g, const float *u, int64_t n, gt_simd simd) { gated(g, u, n, true, simd); }

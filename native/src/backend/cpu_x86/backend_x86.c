@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "backend/act_quant.h"
+#include "util/cpu.h"
 #include "util/ggml_types.h"
 
 #define SEG 256 /* values per dequantized segment of the float path */
@@ -36,14 +37,11 @@
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define T_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
-static bool has_avx2(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-}
+static bool has_avx2(void) { return gt_cpu_has(GT_CPU_AVX2 | GT_CPU_FMA | GT_CPU_F16C); }
 
 static bool has_avx512(void) {
-    return has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    return has_avx2() && gt_cpu_has(GT_CPU_AVX512F | GT_CPU_AVX512BW | GT_CPU_AVX512VL |
+                                     GT_CPU_AVX512VNNI);
 }
 
 /* ---- float path: F32/F16 weights, and vec_dot ---------------------------------------------- */
@@ -373,15 +371,15 @@ static void x86_get_row(const gt_weight *w, int64_t r, float *dst) {
 static const gt_backend k_auto = {
     .name = "cpu_x86", .available = has_avx2, .matmul = mm_auto, .get_row = x86_get_row,
     .vec_dot = x86_vec_dot, .act_row_bytes = x86_act_row_bytes,
-    .quantize_acts = x86_quantize_acts, .matmul_q = mmq_auto};
+    .quantize_acts = x86_quantize_acts, .matmul_q = mmq_auto, .simd = GT_SIMD_AVX2};
 static const gt_backend k_avx2 = {
     .name = "cpu_x86_avx2", .available = has_avx2, .matmul = mm_avx2, .get_row = x86_get_row,
     .vec_dot = x86_vec_dot, .act_row_bytes = x86_act_row_bytes,
-    .quantize_acts = x86_quantize_acts, .matmul_q = avx2_matmul_q};
+    .quantize_acts = x86_quantize_acts, .matmul_q = avx2_matmul_q, .simd = GT_SIMD_AVX2};
 static const gt_backend k_avx512 = {
     .name = "cpu_x86_avx512", .available = has_avx512, .matmul = mm_avx512,
     .get_row = x86_get_row, .vec_dot = x86_vec_dot, .act_row_bytes = x86_act_row_bytes,
-    .quantize_acts = x86_quantize_acts, .matmul_q = vnni_matmul_q};
+    .quantize_acts = x86_quantize_acts, .matmul_q = vnni_matmul_q, .simd = GT_SIMD_AVX512};
 
 #else /* not x86-64: present but never available; the entries are cpu_scalar's so nothing breaks */
 

@@ -3,7 +3,8 @@
  * Three entries share the kernels:
  *   "cpu_x86"        the AVX-512 VNNI variant where the CPU has AVX-512 F/BW/VL/VNNI, else
  *                    the AVX2 one;
- *   "cpu_x86_avx2"   always the AVX2 variant (tests: checks it on AVX-512 machines too);
+ *   "cpu_x86_avx2"   always the AVX2 variant, attention included (tests: checks it on AVX-512
+ *                    machines too);
  *   "cpu_x86_avx512" always the AVX-512 VNNI variant; not available() without AVX-512
  *                    F/BW/VL/VNNI.
  * The last two are findable by name (gt_backend_find) but not listed by gt_backend_names().
