@@ -1,6 +1,6 @@
 """Tokenizers against llama.cpp on the two real models (byte-level BPE and SentencePiece).
 
-The ids must equal llama.cpp's exactly (../shared/reference: the `tokenize` field holds the ids
+The ids must equal llama.cpp's exactly (tests/data/reference: the `tokenize` field holds the ids
 of each corpus line without special tokens, `prompt_ids` the prompts with BOS as the metadata
 asks). Detokenization must give the text back, the streaming detokenizer must only ever yield
 valid UTF-8, and control tokens must never be parsed out of plain (player) text.
