@@ -1,6 +1,6 @@
 /* Elementwise math of the forward pass, vectorized where the CPU allows. The choice depends on
  * the CPU only, never on the backend, so every backend computes these the same way and backends
- * keep agreeing bit for bit (tests/test_cpu_x86.py). */
+ * keep agreeing bit for bit (tests/core/test_cpu_x86.py). */
 #ifndef GEIST_VMATH_H
 #define GEIST_VMATH_H
 

@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import geist
-from conftest import REFERENCE_DIR, reference_json
 from geist._binding import ffi, lib
 from geist.generate import StreamDetokenizer
+from tests.reference_data import REFERENCE_DIR, reference_json
 
 MODELS = ["smollm2", "gemma3"]
 
@@ -401,7 +401,7 @@ def test_model_without_tokenizer_reports_state(tmp_path: Path) -> None:
 # add_space_prefix (and add_eos) set. Each case runs on a tiny random-weight model that carries
 # the real model's tokenizer metadata with those changes.
 
-DATA = Path(__file__).resolve().parent / "data" / "tokenizer_llama_cpp.json"
+DATA = Path(__file__).resolve().parents[1] / "data" / "tokenizer_llama_cpp.json"
 GGUF_ALIGN = 32
 
 

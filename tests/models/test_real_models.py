@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import geist
-from conftest import reference_json
+from tests.reference_data import reference_json
 
 pytestmark = pytest.mark.slow
 
