@@ -1,5 +1,5 @@
 """The checkout needs nothing beside it: no test, helper, script or package module reaches outside
-the repository (e.g. into a sibling `shared/` folder); the data the tests read is committed."""
+the repository (e.g. into a sibling folder of data); the data the tests read is committed."""
 
 from __future__ import annotations
 
