@@ -1,19 +1,16 @@
-"""Shared test setup: which native build to test, the real models, and fixture models.
+"""Test setup: which native build to test, and the real models' paths.
 
 `pytest --native=asan` runs the suite against build/asan/libgeist.so (run it through
-tests/run_asan.sh, which preloads the sanitizer runtimes); the default is the release build.
+scripts/pytest_asan.sh, which preloads the sanitizer runtimes); the default is the release build.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-REFERENCE_DIR = REPO.parent / "shared" / "reference"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -32,19 +29,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if choice == "release" and not path.is_file():
         return  # fall back to the installed copy next to the package
     _binding.load_library(path)
-
-
-def reference_json(name: str) -> dict[str, Any]:
-    """llama.cpp's outputs for a real model ("smollm2" or "gemma3")."""
-    files = {
-        "smollm2": "SmolLM2-135M-Instruct.Q4_1.json",
-        "gemma3": "gemma-3-270m-q4_k_m.json",
-    }
-    path = REFERENCE_DIR / files[name]
-    if not path.is_file():
-        pytest.skip(f"reference outputs not found at {path}")
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
 
 
 @pytest.fixture(scope="session")

@@ -7,14 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[1]
 
 
 def run_isolated(module: str, func: str, *args: object) -> str:
-    code = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); import {module} as t; "
+    """Calls `module.func(*args)` in a new interpreter; `module` is a dotted name under the
+    repository root (a test passes its own `__name__`, e.g. tests.sessions.test_memory)."""
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); import {module} as t; "
             f"t.{func}(*{args!r})")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       cwd=TESTS.parent, timeout=900)
+                       cwd=REPO, timeout=900)
     print(r.stdout)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     return r.stdout

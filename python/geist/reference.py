@@ -9,7 +9,7 @@ widened to float64 a slice of rows at a time for the output projection, so the l
 too without holding a 1.3 GB float64 copy.
 
 The model is configured from GGUF metadata only. Facts checked against llama.cpp's outputs on the
-real models (tests/test_reference.py):
+real models (tests/core/test_reference.py):
 
 * llama: RMSNorm; grouped-query attention; SwiGLU FFN; RoPE on adjacent pairs (x[2i], x[2i+1]),
   ggml's "normal" mode (the GGUF converter permuted Q/K for it), theta_i = base^(-2i/n_rot) over

@@ -20,17 +20,11 @@ from geist import models
 from geist._binding import load_library
 from geist.text import StreamDetokenizer
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "corpus.txt"
-FALLBACK = (
-    "Hello, world! Don't you think it's y'all's choice? Numbers: 3.14159, 1,000,000.\n"
-    "Ünïcödé: naïve café, Straße, Ελληνικά, русский текст. 日本語のテキストと中文文本.\n"
-    "Emoji 🙂🚀 and symbols ∑∫√≈ → ←.\tTabs\n\n    indented code: for (int i = 0; i < n; ++i)\n"
-    '<html><body class="npc">Greetings, traveler!</body></html>\n'
-)
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "reference" / "corpus.txt"
 
 
 def mixed_text(n_bytes: int) -> str:
-    base = CORPUS.read_text(encoding="utf-8") if CORPUS.is_file() else FALLBACK
+    base = CORPUS.read_text(encoding="utf-8")
     base = base.replace("\\t", "\t").replace("\\n", "\n")
     text = base * (n_bytes // len(base.encode()) + 1)
     return text.encode()[:n_bytes].decode("utf-8", "ignore")

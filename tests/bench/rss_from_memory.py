@@ -1,6 +1,6 @@
 """Peak memory of the bench's work (one session of 256 positions, prefill 128, decode 64), each side
 in a fresh process: geist loading from the game's buffer (the file read into memory: the game's
-copy counts; the measurement of tests/test_memory.py, which asserts geist's bound
+copy counts; the measurement of tests/sessions/test_memory.py, which asserts geist's bound
 file + KV + 16 MiB), llama.cpp loading the file (mmap; it cannot load from memory). Prints the
 peak RSS above the process's RSS before loading (VmHWM after resetting it).
 
@@ -16,11 +16,11 @@ from pathlib import Path
 
 LLAMA_PY = Path.home() / ".cache" / "geist" / "llama-venv" / "bin" / "python"
 
-TESTS = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
-# geist's side is the test's own measurement (tests/test_memory.py: bench_peak_check), run in a
-# fresh interpreter; it prints the peak, the bound and its parts
-GEIST = "import sys; sys.path.insert(0, sys.argv[2]); import test_memory; " \
+# geist's side is the test's own measurement (tests/sessions/test_memory.py: bench_peak_check),
+# run in a fresh interpreter; it prints the peak, the bound and its parts
+GEIST = "import sys; sys.path.insert(0, sys.argv[2]); from tests.sessions import test_memory; " \
         "test_memory.bench_peak_check(sys.argv[1])"
 
 LLAMA = r"""
@@ -56,7 +56,7 @@ def main() -> int:
 
     for name in ns.models:
         path = Path(name) if Path(name).exists() else models.get(name)
-        out = subprocess.run([sys.executable, "-c", GEIST, str(path), str(TESTS)],
+        out = subprocess.run([sys.executable, "-c", GEIST, str(path), str(REPO)],
                              capture_output=True, text=True, check=True).stdout.strip()
         line = f"{path.name}: geist from memory: {out}"
         if Path(ns.llama_python).exists():

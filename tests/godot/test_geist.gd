@@ -1,4 +1,4 @@
-# Headless tests of the geist Godot extension. Run by tests/test_godot.py:
+# Headless tests of the geist Godot extension. Run by tests/godot/test_godot.py:
 #   godot --headless --path PROJECT --script res://test_geist.gd -- --model /path/model.gguf
 # Exit code = number of failed checks.
 extends SceneTree

@@ -1,7 +1,7 @@
 /* Elementwise math of the forward pass: plain C loops, or vectorized where the caller permits
  * (simd: the engine's backend's, backend/backend.h) and the CPU allows. Both forms compute the
  * same operations in the same order, so they give identical bits and the backends keep agreeing
- * bit for bit (tests/test_cpu_x86.py, native/tests/test_vmath.c). */
+ * bit for bit (tests/core/test_cpu_x86.py, native/tests/test_vmath.c). */
 #ifndef GEIST_VMATH_H
 #define GEIST_VMATH_H
 

@@ -1,4 +1,4 @@
-"""The Godot addon in real headless Godot 4: the GDScript suite (tests/godot/), the --ai-bench mode
+"""The Godot addon in real headless Godot 4: the GDScript suite (test_geist.gd), the --ai-bench mode
 of demo_project, the addon copied into a fresh project, and the editor plugin loading headless.
 
 Godot is installed by scripts/setup_godot.sh into ~/.cache/geist/godot (outside the repo); these
@@ -18,7 +18,7 @@ import pytest
 
 from geist import models
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ADDON = ROOT / "addons" / "geist"
 LIB = ADDON / "bin" / "libgeist_godot.so"
 

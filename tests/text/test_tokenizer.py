@@ -1,6 +1,6 @@
 """Tokenizers against llama.cpp on the two real models (byte-level BPE and SentencePiece).
 
-The ids must equal llama.cpp's exactly (../shared/reference: the `tokenize` field holds the ids
+The ids must equal llama.cpp's exactly (tests/data/reference: the `tokenize` field holds the ids
 of each corpus line without special tokens, `prompt_ids` the prompts with BOS as the metadata
 asks). Detokenization must give the text back, the streaming detokenizer must only ever yield
 valid UTF-8, and control tokens must never be parsed out of plain (player) text.
@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import geist
-from conftest import REFERENCE_DIR, reference_json
 from geist._binding import ffi, lib
 from geist.text import StreamDetokenizer
+from tests.reference_data import REFERENCE_DIR, reference_json
 
 MODELS = ["smollm2", "gemma3"]
 
@@ -401,7 +401,7 @@ def test_model_without_tokenizer_reports_state(tmp_path: Path) -> None:
 # add_space_prefix (and add_eos) set. Each case runs on a tiny random-weight model that carries
 # the real model's tokenizer metadata with those changes.
 
-DATA = Path(__file__).resolve().parent / "data" / "tokenizer_llama_cpp.json"
+DATA = Path(__file__).resolve().parents[1] / "data" / "tokenizer_llama_cpp.json"
 GGUF_ALIGN = 32
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from geist import testing
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("variant", ["release", "asan", "tsan"])

@@ -10,8 +10,8 @@ import pytest
 
 import geist
 from geist import plan, testing
-from memory_isolated import run_isolated
-from memory_utils import pin_malloc_thresholds, rss_bytes
+from tests.memory_isolated import run_isolated
+from tests.memory_utils import pin_malloc_thresholds, rss_bytes
 
 MODES = ["f32", "f16", "int8", "int4", "kivi2"]
 
@@ -107,11 +107,11 @@ def test_engine_memory_counts_the_prefix_once(fixture_model: geist.Model) -> Non
 @pytest.mark.slow
 def test_32_gemma_npcs_share_one_persona(gemma3_path: Path) -> None:
     """32 sessions, cap 256, on a 128-token persona: the persona KV is resident once."""
-    run_isolated("test_shared_prefix", "npcs_share_one_persona", str(gemma3_path))
+    run_isolated(__name__, "npcs_share_one_persona", str(gemma3_path))
 
 
 def npcs_share_one_persona(gemma3_path: str) -> None:
-    from conftest import reference_json
+    from tests.reference_data import reference_json
 
     pin_malloc_thresholds()
     ref = reference_json("gemma3")

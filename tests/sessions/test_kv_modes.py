@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import geist
-from conftest import reference_json
 from geist import plan, testing
-from memory_isolated import run_isolated
-from memory_utils import pin_malloc_thresholds, rss_bytes
+from tests.memory_isolated import run_isolated
+from tests.memory_utils import pin_malloc_thresholds, rss_bytes
+from tests.reference_data import reference_json
 
 MODES = ["f32", "f16", "int8", "int4", "kivi2"]
 # Worst relative L2 distance of the logits to an F32 session's, per mode, on random-weight
@@ -186,7 +186,7 @@ def _greedy(session: geist.Session, prompt: list[int], n: int) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_rss_small_vs_full_context_per_mode(gemma3_path: Path, mode: str) -> None:
-    run_isolated("test_kv_modes", "rss_small_vs_full_context", str(gemma3_path), mode)
+    run_isolated(__name__, "rss_small_vs_full_context", str(gemma3_path), mode)
 
 
 def rss_small_vs_full_context(gemma3_path: str, mode: str) -> None:

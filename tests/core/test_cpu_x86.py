@@ -34,8 +34,8 @@ import numpy as np
 import pytest
 
 import geist
-from conftest import reference_json
 from geist.kernels import vec_dot
+from tests.reference_data import reference_json
 
 T = gguf.GGMLQuantizationType
 VARIANTS = ["cpu_x86", "cpu_x86_avx2", "cpu_x86_avx512"]
@@ -366,7 +366,7 @@ def test_real_model_matches_scalar(name: str) -> None:
 def test_integer_kernels_bit_identical_native() -> None:
     """AVX2 and AVX-512 VNNI kernels vs cpu_scalar's canonical arithmetic at odd sizes, row splits
     and token tails; cpu_scalar vs the float64 dot; vectorized activation quantization bytes."""
-    exe = Path(__file__).resolve().parent.parent / "build" / "release" / "tests" / "test_backend_q"
+    exe = Path(__file__).resolve().parents[2] / "build" / "release" / "tests" / "test_backend_q"
     if not exe.exists():
         pytest.skip("native tests not built (scons)")
     _require("cpu_x86")

@@ -9,8 +9,8 @@ import pytest
 
 import geist
 from geist import cli, plan, testing
-from memory_isolated import run_isolated
-from memory_utils import pin_malloc_thresholds, rss_bytes
+from tests.memory_isolated import run_isolated
+from tests.memory_utils import pin_malloc_thresholds, rss_bytes
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
@@ -44,7 +44,7 @@ def test_plan_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_plan_agrees_with_rss_for_32_gemma_npcs(gemma3_path: Path) -> None:
     # planned here, before and outside the process that loads the model (metadata only)
     p = plan.make_plan(gemma3_path, npcs=32, max_seq_len=256, kv_mode="int8")
-    run_isolated("test_plan", "plan_agrees_with_rss", str(gemma3_path), p["sessions_bytes"])
+    run_isolated(__name__, "plan_agrees_with_rss", str(gemma3_path), p["sessions_bytes"])
 
 
 def plan_agrees_with_rss(gemma3_path: str, sessions_bytes: int) -> None:

@@ -190,7 +190,7 @@ def test_truncate_refused_when_the_ring_lost_rows(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_gemma_snapshot_restore_32_tokens(gemma3_path: Path, mode: str) -> None:
-    from conftest import reference_json
+    from tests.reference_data import reference_json
 
     ids = [t for p in reference_json("gemma3")["prompts"] for t in p["prompt_ids"]][:100]
     assert len(ids) == 100

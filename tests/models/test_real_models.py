@@ -1,4 +1,4 @@
-"""The real models against llama.cpp's outputs (../shared/reference): teacher forcing and greedy.
+"""The real models against llama.cpp's outputs (tests/data/reference): teacher forcing and greedy.
 
 llama.cpp computes matrix products with 8-bit-quantized activations and geist (cpu_scalar) with
 float activations, so logits differ slightly; the criteria below are the issue's: top-1 agreement
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import geist
-from conftest import reference_json
+from tests.reference_data import reference_json
 
 pytestmark = pytest.mark.slow
 

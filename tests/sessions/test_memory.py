@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import geist
-from memory_isolated import run_isolated
-from memory_utils import pin_malloc_thresholds, rss_bytes, status_bytes
+from tests.memory_isolated import run_isolated
+from tests.memory_utils import pin_malloc_thresholds, rss_bytes, status_bytes
 
 pytestmark = pytest.mark.slow
 
@@ -28,11 +28,11 @@ def greedy(session: geist.Session, prompt: list[int], n: int) -> list[int]:
 
 @pytest.mark.parametrize("kv_mode", ["f32", "f16"])
 def test_kv_sized_from_session_cap_not_model_context(gemma3_path: Path, kv_mode: str) -> None:
-    run_isolated("test_memory", "kv_cap_check", str(gemma3_path), kv_mode)
+    run_isolated(__name__, "kv_cap_check", str(gemma3_path), kv_mode)
 
 
 def test_from_buffer_is_zero_copy(gemma3_path: Path) -> None:
-    run_isolated("test_memory", "zero_copy_check", str(gemma3_path))
+    run_isolated(__name__, "zero_copy_check", str(gemma3_path))
 
 
 # "The capital of France is" in Gemma's tokens, as llama.cpp tokenized it (reference prompt 0)
@@ -114,7 +114,7 @@ def test_bench_peak_rss_from_memory(which: str, request: pytest.FixtureRequest) 
     """Issue 4's bound: loading from the game's buffer, the bench's work (one session of 256,
     prefill 128, decode 64) peaks within file size + KV + 16 MiB above the process baseline."""
     path = request.getfixturevalue(f"{which}_path")
-    run_isolated("test_memory", "bench_peak_check", str(path))
+    run_isolated(__name__, "bench_peak_check", str(path))
 
 
 def bench_peak_check(path: str) -> None:

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import reference_json
 from geist import models
 from geist.reference import ReferenceModel
+from tests.reference_data import reference_json
 
 
 def _compare(name: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OBJ = ROOT / "build" / "release" / "obj" / "src"
 SRC = ROOT / "native" / "src"
 STATIC = ROOT / "build" / "release" / "libgeist_static.a"
