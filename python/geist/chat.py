@@ -4,7 +4,7 @@ The native engine implements the Jinja2 subset GGUF chat templates use, with the
 `jinja2.Environment(trim_blocks=True, lstrip_blocks=True)` as Hugging Face transformers renders
 chat templates (one trailing newline of the template dropped) and `messages`,
 `add_generation_prompt`, `bos_token`, `eos_token` and `raise_exception()` in the context. See
-native/src/tokenizer/template.h for the exact subset.
+native/src/chat/template.h for the exact subset.
 """
 
 from __future__ import annotations
