@@ -65,7 +65,7 @@ run_one() {
     execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{print $2}' | tail -n1)
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n1 | awk '{print $2}')
     ft=$(grep -o 'ft: [0-9]*' "$log" | tail -n1 | awk '{print $2}')
-    eps=$(grep -o 'stat::average_exec_per_sec: [0-9]*' "$log" | awk '{print $2}' | tail -n1)
+    eps=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | awk '{print $2}' | tail -n1)
     crashes=$(find "$WORK" -maxdepth 1 -name "crash-$t-*" | wc -l)
     printf '[fuzz] %-9s %4ss  execs %-10s cov %-6s ft %-7s exec/s %-7s crashes %s\n' \
         "$t" "$SECS" "${execs:-?}" "${cov:-?}" "${ft:-?}" "${eps:-?}" "$crashes" >&2
