@@ -7,6 +7,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
+# clang + libFuzzer for the fuzz targets (scripts/fuzz.sh); skipped quietly when present, and with
+# a warning where apt-get cannot run (the fuzz step then skips itself).
+if ! command -v clang >/dev/null ||
+    ! ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "[setup] installing clang and libfuzzer-14-dev (fuzz targets)" >&2
+        (apt-get install -y -q clang libfuzzer-14-dev >/dev/null 2>&1 ||
+            { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q clang libfuzzer-14-dev >/dev/null; }) ||
+            echo "[setup] WARNING: clang/libfuzzer could not be installed; fuzz targets will be skipped" >&2
+    else
+        echo "[setup] WARNING: clang + libfuzzer-14-dev missing (not root): fuzz targets will be skipped" >&2
+    fi
+fi
 if [ ! -x .venv/bin/python ]; then
     echo "[setup] creating .venv" >&2
     "$PY" -m venv .venv

@@ -23,10 +23,14 @@ for t in build/asan/tests/test_*; do
     echo "-- $t" >&2
     case "$(basename "$t")" in
         test_model_load) "$t" "$SMOL" && "$t" "$GEMMA" ;;  # needs real models
+        test_oom_walk) "$t" tests/fuzz/corpus/gguf/llama_q8.gguf tests/fuzz/corpus/gguf/gemma3_q8.gguf "$SMOL" ;;
         *) "$t" ;;
     esac
 done
 unset ASAN_OPTIONS UBSAN_OPTIONS
+
+echo "== fuzz targets (libFuzzer + ASan + UBSan, 30 s each; regressions replayed first)" >&2
+SCONS_JOBS=2 scripts/fuzz.sh -t 30
 
 echo "== Python tests against the ASan+UBSan build (quick subset)" >&2
 scripts/pytest_asan.sh -q -m "not slow" -p no:cacheprovider

@@ -342,7 +342,10 @@ GEIST_API geist_status geist_detokenize(const geist_model *model, const int32_t 
                                         uint32_t flags, char *buf, size_t cap, size_t *len);
 
 /* Streaming detokenizer: push ids one at a time; each push yields only complete UTF-8 characters
- * (possibly nothing); the concatenation of all pieces plus flush() equals geist_detokenize(). */
+ * (possibly nothing), so its output is always valid UTF-8; the concatenation of all pieces plus
+ * flush() equals geist_detokenize() whenever that text is valid UTF-8. Bytes that cannot complete
+ * a character (byte tokens of broken UTF-8) come out of the stream as U+FFFD, where
+ * geist_detokenize() returns them raw. */
 typedef struct geist_detokenizer geist_detokenizer;
 GEIST_API geist_status geist_detokenizer_create(const geist_model *model, uint32_t flags,
                                                 geist_detokenizer **out);

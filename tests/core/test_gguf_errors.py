@@ -434,3 +434,46 @@ def test_failures_leave_no_trace(valid: bytes, layout: Layout) -> None:
             with pytest.raises(geist.GeistError):
                 geist.Model.from_buffer(corrupt(valid))
     assert_valid_loads(valid)
+
+
+# ------------------------------------------------------------------------------------------------
+# Loader bug classes from llama.cpp's public history that test_gguf.c does not already hold at
+# the GGUF layer: metadata counts that size allocations, values of the wrong type for known keys,
+# token ids past the vocabulary.
+
+
+def test_block_count_bounded_by_tensors(valid: bytes, layout: Layout) -> None:
+    """Issue 20: block_count 13,172,737 in a small file made the loader calloc 5.7 GB for the
+    layer table before any tensor was checked. It must fail fast, naming the key (the OOM walk
+    test, native/tests/oom/test_oom_walk.c, checks how little it allocates)."""
+    at = layout.kv("llama.block_count").value_at
+    for count in (13_172_737, N_LAYER + 1, (1 << 24)):
+        bad = patched(valid, at, "<I", count)
+        msg = expect_error(valid, bad, geist.BadFormatError, ("llama.block_count",), BAD_FORMAT)
+        if count == 13_172_737:
+            assert "13172737" in msg and "tensors" in msg, msg
+
+
+@pytest.mark.parametrize("key", ["llama.block_count", "llama.embedding_length",
+                                 "llama.attention.head_count", "llama.feed_forward_length"])
+def test_known_key_of_the_wrong_type(valid: bytes, layout: Layout, key: str) -> None:
+    """A uint32 key whose type says float32 (same size, so the file still parses)."""
+    bad = patched(valid, layout.kv(key).type_at, "<I", 6)
+    expect_error(valid, bad, geist.BadFormatError, (key,), BAD_FORMAT)
+
+
+@pytest.mark.parametrize("value", [N_VOCAB, 0x7FFFFFFF, 0xFFFFFFFF])
+def test_special_token_id_past_the_vocabulary(valid: bytes, layout: Layout, value: int) -> None:
+    """tokenizer.ggml.bos_token_id past the vocabulary: refused with the key named, or ignored;
+    never used as an index."""
+    bad = patched(valid, layout.kv("tokenizer.ggml.bos_token_id").value_at, "<I", value)
+    try:
+        model = geist.Model.from_buffer(bad)
+    except geist.GeistError as err:
+        assert "bos" in str(err), str(err)
+        return
+    try:
+        ids = model.tokenize("hello")
+        assert all(0 <= i < N_VOCAB for i in ids)
+    finally:
+        model.close()

@@ -118,6 +118,7 @@ geist_status geist_detokenize(const geist_model *model, const int32_t *ids, size
     if (total > cap)
         return text_fail(model, GEIST_ERR_BUFFER_TOO_SMALL,
                          "detokenize: %zu bytes do not fit in a buffer of %zu", total, cap);
+    if (!buf) return GEIST_OK; /* cap 0 and nothing to write (no NULL + 0 below) */
     size_t at = 0;
     for (size_t i = 0; i < n; i++)
         at += gt_tokenizer_piece(t, ids[i], special, strip && i == 0, (uint8_t *)buf + at,

@@ -215,9 +215,21 @@ geist_status gt_arch_load(geist_model *m, gt_err *err) {
     if ((st = bind_weight(m, "output.weight", d, c->n_vocab, true, &m->output, err))) return st;
     if (!m->output.data) m->output = m->tok_embd; /* tied output embeddings */
     if ((st = bind_vec(m, "output_norm.weight", d, false, &m->output_norm, err))) return st;
+    const bool gemma = c->arch == GT_ARCH_GEMMA3;
+    /* The layer table is sized from block_count: bound it by what the file holds before
+     * allocating (every layer needs its own tensors), so a small file with a huge count fails
+     * here instead of reserving gigabytes. token_embd and output_norm (both found above) are
+     * the two tensors outside the layers. */
+    const uint64_t per_layer = gemma ? 13u : 9u;
+    if ((uint64_t)c->n_layer > (m->gguf.n_tensors - 2) / per_layer)
+        return gt_fail(err, GEIST_ERR_BAD_FORMAT,
+                       "metadata '%s.block_count' = %d needs at least %llu tensors (%llu per "
+                       "layer + 2) but the file has %llu",
+                       c->arch_name, c->n_layer,
+                       (unsigned long long)((uint64_t)c->n_layer * per_layer + 2),
+                       (unsigned long long)per_layer, (unsigned long long)m->gguf.n_tensors);
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->layers) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (layers)");
-    const bool gemma = c->arch == GT_ARCH_GEMMA3;
     for (int32_t il = 0; il < c->n_layer; il++) {
         gt_layer *L = &m->layers[il];
         char n[96];

@@ -324,6 +324,13 @@ static void wr_f16(uint8_t *p, float f) {
 
 /* ---- quantizers (one head of hd values) ----------------------------------------------------- */
 
+/* r clamped to [lo, hi]; NaN (a model file with NaN or infinite weights) becomes `nan_to`, so the
+ * float -> integer conversion below is always defined. */
+static inline float clamp_code(float r, float lo, float hi, float nan_to) {
+    if (r != r) return nan_to;
+    return r > hi ? hi : r < lo ? lo : r;
+}
+
 static void quant_int8(uint8_t *dst, const float *x, int32_t hd) {
     float amax = 0.0f;
     for (int32_t i = 0; i < hd; i++) amax = fmaxf(amax, fabsf(x[i]));
@@ -333,7 +340,7 @@ static void quant_int8(uint8_t *dst, const float *x, int32_t hd) {
     int8_t *q = (int8_t *)(dst + 4);
     for (int32_t i = 0; i < hd; i++) {
         float r = roundf(x[i] * id);
-        q[i] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+        q[i] = (int8_t)clamp_code(r, -127.0f, 127.0f, 0.0f);
     }
 }
 
@@ -350,7 +357,7 @@ static void quant_int4(uint8_t *dst, const float *x, int32_t hd) {
         memset(q, 0x88, QG / 2); /* code 8 = 0 for the unused tail */
         for (int32_t i = 0; i < n; i++) {
             float r = roundf(x[g0 + i] * id) + 8.0f;
-            const uint8_t c = (uint8_t)(r < 0.0f ? 0.0f : r > 15.0f ? 15.0f : r);
+            const uint8_t c = (uint8_t)clamp_code(r, 0.0f, 15.0f, 8.0f);
             q[i / 2] = (uint8_t)(i % 2 ? (q[i / 2] & 0x0f) | (c << 4) : (q[i / 2] & 0xf0) | c);
         }
     }
@@ -372,7 +379,7 @@ static void quant_q2(uint8_t *dst, const uint16_t *x, int32_t n, int64_t stride,
     memset(codes, 0, (size_t)(n + 3) / 4);
     for (int32_t i = 0; i < n; i++) {
         float r = roundf((gt_f16_to_f32(x[i * stride]) - m) * id);
-        const uint8_t c = (uint8_t)(r < 0.0f ? 0.0f : r > 3.0f ? 3.0f : r);
+        const uint8_t c = (uint8_t)clamp_code(r, 0.0f, 3.0f, 0.0f);
         codes[i / 4] = (uint8_t)(codes[i / 4] | (c << (2 * (i % 4))));
     }
 }

@@ -204,6 +204,11 @@ geist_status gt_session_restore(geist_session *s, const void *image, size_t size
     if (h.n_past < h.n_prefix || (h.has_logits != 0 && h.has_logits != 1)) {
         return gt_fail(err, GEIST_ERR_BAD_FORMAT, "snapshot header is inconsistent");
     }
+    if (h.reserved != 0) {
+        /* written as 0: a set value is corruption (or a later format this one would misread) */
+        return gt_fail(err, GEIST_ERR_BAD_FORMAT, "snapshot header: reserved field is %d, not 0",
+                       h.reserved);
+    }
     if (h.n_past > s->max_seq_len) {
         return gt_fail(err, GEIST_ERR_CAPACITY,
                        "snapshot holds %d tokens, more than this session's max_seq_len %d",
