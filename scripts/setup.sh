@@ -6,6 +6,33 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Vulkan build and test tools (Debian): Vulkan headers and glslc for the build, the loader and
+# lavapipe (Mesa's CPU driver; bookworm-backports' Mesa 25, as Debian 12's 22.3 is very slow)
+# for the tests. Skipped with a warning where there is no apt or no root: the library then
+# builds without the vulkan backend and its tests skip.
+vulkan_pkgs="libvulkan-dev libvulkan1 glslc spirv-tools spirv-cross vulkan-tools"
+if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    if ! dpkg -s $vulkan_pkgs mesa-vulkan-drivers >/dev/null 2>&1; then
+        echo "[setup] installing Vulkan headers, glslc and lavapipe (apt)" >&2
+        codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+        if [ "$codename" = bookworm ] && ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+            uri=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n1)
+            echo "deb ${uri:-http://deb.debian.org/debian} bookworm-backports main" \
+                >/etc/apt/sources.list.d/geist-bookworm-backports.list
+        fi
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q >/dev/null
+        apt-get install -y -q --no-install-recommends $vulkan_pkgs >/dev/null
+        if [ "$codename" = bookworm ]; then
+            apt-get install -y -q --no-install-recommends -t bookworm-backports mesa-vulkan-drivers >/dev/null
+        else
+            apt-get install -y -q --no-install-recommends mesa-vulkan-drivers >/dev/null
+        fi
+    fi
+else
+    echo "[setup] WARNING: no apt or not root: Vulkan tools not installed (vulkan tests will skip)" >&2
+fi
+
 PY=${PYTHON:-python3}
 # clang + libFuzzer for the fuzz targets (scripts/fuzz.sh); skipped quietly when present, and with
 # a warning where apt-get cannot run (the fuzz step then skips itself).

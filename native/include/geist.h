@@ -88,12 +88,35 @@ typedef enum geist_activations {
 
 typedef struct geist_engine_options {
     uint32_t struct_size;
-    /* Backend name: "cpu_scalar" (the reference), or NULL / "auto" for the best available. */
+    /* Backend name: "cpu_scalar" (the reference), "cpu_x86", "vulkan", or NULL / "auto" for the
+     * best available CPU backend ("auto" never picks a GPU: ask for "vulkan" by name). */
     const char *backend;
     /* Worker threads for backends that use them; 0 = default (all cores minus one, at least 1). */
     int32_t n_threads;
     int32_t activations; /* a geist_activations; default GEIST_ACTIVATIONS_Q8 */
+    /* Device backends (vulkan): which device. NULL or "auto": the first discrete GPU, else the
+     * first integrated one, else any other (a CPU implementation such as lavapipe), in the
+     * loader's order; a model too big for the chosen device's memory fails to load (nothing is
+     * left allocated). A decimal index ("0", "1") picks that device in the loader's order; any
+     * other text picks the first device whose name contains it ("llvmpipe", "NVIDIA").
+     * Host backends ignore it. */
+    const char *device;
+    /* Device backends: most bytes of device memory the engine may allocate (weights, KV,
+     * scratch; a game's budget); 0 = what the device has. Past it a load or session fails with
+     * GEIST_ERR_OUT_OF_MEMORY and nothing stays allocated. */
+    uint64_t device_memory_limit;
+    uint32_t device_flags; /* GEIST_DEVICE_* bits */
+    /* Device backends: the Vulkan loader library to open (a game shipping its own); NULL = the
+     * system's (libvulkan.so.1, vulkan-1.dll, libvulkan.1.dylib / libMoltenVK.dylib). */
+    const char *vulkan_loader;
 } geist_engine_options;
+
+/* geist_engine_options.device_flags */
+enum {
+    /* Never read the weights in place through host-pointer import: always copy them to the
+     * device (the fallback a device that refuses the import gets anyway). */
+    GEIST_DEVICE_NO_IMPORT = 1u << 0
+};
 
 GEIST_API void geist_engine_options_default(geist_engine_options *opts);
 
@@ -107,6 +130,9 @@ GEIST_API void geist_engine_free(geist_engine *engine);
 
 /* Name of the engine's backend ("cpu_scalar"); valid while the engine lives. */
 GEIST_API const char *geist_engine_backend_name(const geist_engine *engine);
+
+/* Name of the engine's device ("llvmpipe (LLVM 15.0.6, 256 bits)"); "" for host backends. */
+GEIST_API const char *geist_engine_device_name(const geist_engine *engine);
 
 /* Names of all backends compiled into this library, comma-separated; static. */
 GEIST_API const char *geist_backends_available(void);
@@ -176,6 +202,12 @@ typedef struct geist_memory_report {
      * geist_session_memory: the KV bytes of the shared prefix this session reads (not owned by
      * the session: do not add it to the session's own bytes). */
     uint64_t shared_prefix;
+    /* Device backends (vulkan; 0 on the CPU backends). Model: the device memory holding weights
+     * uploaded to it; session: its KV and the device scratch. */
+    uint64_t device_local;
+    uint64_t imported; /* caller or file pages the device reads in place (host-pointer import);
+                        * also counted in weights_aliased: one copy, not two */
+    uint64_t staging;  /* host-visible staging buffers still held */
 } geist_memory_report;
 
 GEIST_API geist_status geist_model_memory(const geist_model *model, geist_memory_report *out);

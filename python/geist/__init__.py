@@ -12,7 +12,7 @@ from geist.errors import (
     StateError,
     UnsupportedError,
 )
-from geist.model import KV_MODES, Engine, Model, Session, default_engine
+from geist.model import KV_MODES, Engine, Model, Session, backends_available, default_engine
 
 __version__ = "0.1.0"
 
@@ -31,5 +31,6 @@ __all__ = [
     "Session",
     "StateError",
     "UnsupportedError",
+    "backends_available",
     "default_engine",
 ]

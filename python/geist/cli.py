@@ -53,7 +53,9 @@ def _sampling_args(p: argparse.ArgumentParser, default_temperature: float) -> No
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-seq-len", type=int, default=1024)
     p.add_argument("--kv-mode", default="f16", choices=["f32", "f16"])
-    p.add_argument("--backend", default=None, help="cpu_scalar or auto (default)")
+    p.add_argument("--backend", default=None,
+                   help="cpu_scalar, cpu_x86, vulkan (weights on the GPU; sessions not yet) or "
+                   "auto (default: the best CPU backend)")
 
 
 def _sampling(ns: argparse.Namespace) -> dict[str, float | int]:

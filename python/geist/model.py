@@ -30,12 +30,15 @@ _MEMORY_FIELDS = (
     "other",
     "mapped_file",
     "shared_prefix",
+    "device_local",
+    "imported",
+    "staging",
 )
 
 
 def _report_to_dict(rep: Any) -> dict[str, int]:
     out = {name: int(getattr(rep, name)) for name in _MEMORY_FIELDS}
-    not_owned = ("weights_aliased", "mapped_file", "shared_prefix")
+    not_owned = ("weights_aliased", "mapped_file", "shared_prefix", "imported")
     out["total_owned"] = sum(v for k, v in out.items() if k not in not_owned)
     return out
 
@@ -80,15 +83,28 @@ class Engine(_Handle):
     """Chooses the backend; owns what its models share. Most code uses the default engine."""
 
     def __init__(self, backend: str | None = None, n_threads: int = 0,
-                 exact_activations: bool = False) -> None:
+                 exact_activations: bool = False, *, device: str | int | None = None,
+                 device_memory_limit: int = 0, no_import: bool = False,
+                 vulkan_loader: str | None = None) -> None:
         """exact_activations: float activations in products with quantized weights (cpu_scalar
-        only; the default rounds them to 8 bits first, as llama.cpp and every backend do)."""
+        only; the default rounds them to 8 bits first, as llama.cpp and every backend do).
+        Device backends (backend="vulkan"): device picks one by index or name substring (None:
+        "auto", see geist.h); device_memory_limit caps its bytes (0: none); no_import always
+        copies the weights to the device; vulkan_loader names the loader library to open."""
         opts = ffi.new("geist_engine_options *")
         lib.geist_engine_options_default(opts)
         opts.activations = 1 if exact_activations else 0
         self._backend_name = ffi.new("char[]", (backend or "auto").encode())
         opts.backend = self._backend_name
         opts.n_threads = n_threads
+        self._device_name = (ffi.new("char[]", str(device).encode()) if device is not None
+                             else ffi.NULL)
+        opts.device = self._device_name
+        opts.device_memory_limit = device_memory_limit
+        opts.device_flags = 1 if no_import else 0
+        self._loader_name = (ffi.new("char[]", vulkan_loader.encode()) if vulkan_loader
+                             else ffi.NULL)
+        opts.vulkan_loader = self._loader_name
         out = ffi.new("geist_engine **")
         check(lib.geist_engine_create(opts, out))
         self._ptr: Any = out[0]
@@ -98,6 +114,11 @@ class Engine(_Handle):
     @property
     def backend(self) -> str:
         return str(ffi.string(lib.geist_engine_backend_name(self._ptr)).decode())
+
+    @property
+    def device(self) -> str:
+        """The device's name ("" on the CPU backends)."""
+        return str(ffi.string(lib.geist_engine_device_name(self._ptr)).decode())
 
     def memory(self) -> dict[str, int]:
         """Sum of model.memory() over this engine's open models, their sessions and their
@@ -135,6 +156,12 @@ class Engine(_Handle):
             lib.geist_engine_free(self._ptr)
             self._ptr = None
 
+
+
+def backends_available() -> str:
+    """Names of the backends compiled into the library, comma-separated ("cpu_x86,cpu_scalar,
+    vulkan"); a listed device backend may still find no device here (Engine says why)."""
+    return str(ffi.string(lib.geist_backends_available()).decode())
 
 
 _default_engines: dict[str | None, Engine] = {}

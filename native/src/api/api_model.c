@@ -73,10 +73,32 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
     } else if (o.activations != GEIST_ACTIVATIONS_Q8) {
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown activations mode %d", o.activations);
     }
+    if (o.device_flags & ~(uint32_t)GEIST_DEVICE_NO_IMPORT)
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown device_flags 0x%x", o.device_flags);
+    void *dev_ctx = NULL;
+    if (be->device) {
+        const gt_dev_options dopt = {o.device, o.vulkan_loader, o.device_memory_limit,
+                                     (o.device_flags & GEIST_DEVICE_NO_IMPORT) != 0};
+        gt_err err = {0};
+        if (be->device->engine_init(&dopt, &dev_ctx, &err) != GEIST_OK) {
+            gt_set_thread_error(err.msg);
+            return err.status;
+        }
+    }
     geist_engine *e = calloc(1, sizeof *e);
-    if (!e) return gt_thread_fail(GEIST_ERR_OUT_OF_MEMORY, "out of memory (engine)");
+    if (!e) {
+        if (dev_ctx) be->device->engine_free(dev_ctx);
+        return gt_thread_fail(GEIST_ERR_OUT_OF_MEMORY, "out of memory (engine)");
+    }
     atomic_init(&e->refs, 1);
     e->backend = be;
+    e->dev_ctx = dev_ctx;
+    if (dev_ctx) {
+        gt_dev_probe p;
+        be->device->probe(dev_ctx, &p);
+        memcpy(e->device_name, p.name, sizeof e->device_name);
+        e->device_name[sizeof e->device_name - 1] = '\0';
+    }
     if (o.n_threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o.n_threads = n > 1 ? (int32_t)(n - 1) : 1;
@@ -86,6 +108,7 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
     e->runtime = e->pool ? gt_runtime_create(e) : NULL;
     if (!e->runtime) {
         gt_pool_free(e->pool);
+        if (dev_ctx) be->device->engine_free(dev_ctx);
         free(e);
         return gt_thread_fail(GEIST_ERR_OUT_OF_MEMORY, "cannot start %d worker threads", (int)o.n_threads);
     }
@@ -106,6 +129,10 @@ void geist_engine_free(geist_engine *e) {
 
 const char *geist_engine_backend_name(const geist_engine *e) { return e ? e->backend->name : ""; }
 
+const char *geist_engine_device_name(const geist_engine *e) {
+    return e ? e->device_name : "";
+}
+
 const char *geist_backends_available(void) { return gt_backend_names(); }
 
 /* ------------------------------------------------------------------------------------------- */
@@ -125,6 +152,18 @@ void geist_load_options_default(geist_load_options *o) {
     o->struct_size = sizeof *o;
 }
 
+/* The device holds its own copy of a mapped file's tensors: the host's pages of them go (the
+ * mapping stays for the metadata, which is read in place). */
+static void drop_tensor_pages(geist_model *m) {
+    const long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || !m->map) return;
+    const uintptr_t base = (uintptr_t)m->map;
+    uintptr_t lo = base + (uintptr_t)m->gguf.data_offset;
+    lo = (lo + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg;
+    const uintptr_t hi = (base + m->map_size) / (uintptr_t)pg * (uintptr_t)pg;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 static geist_status load_span(geist_engine *engine, const void *data, size_t size, void *map,
                               const geist_load_options *opts, geist_model **out) {
     gt_err err = {0};
@@ -137,6 +176,12 @@ static geist_status load_span(geist_engine *engine, const void *data, size_t siz
     if (!st) {
         m->tokenizer_free = gt_tokenizer_free; /* the model frees what it was given */
         st = gt_tokenizer_create(&m->gguf, &m->tokenizer, &err);
+        if (!st && m->backend->device) {
+            bool drop = false;
+            st = m->backend->device->model_init(engine->dev_ctx, m, map != NULL, &m->dev, &drop,
+                                                &err);
+            if (!st && drop) drop_tensor_pages(m);
+        }
         if (st) {
             m->map = NULL; /* the caller unmaps on failure */
             gt_model_release(m);
@@ -206,6 +251,16 @@ geist_status geist_model_memory(const geist_model *m, geist_memory_report *out) 
     out->rope_tables = 2 * (uint64_t)(m->cfg.n_rot / 2) * sizeof(float);
     out->other = sizeof *m + (uint64_t)m->cfg.n_layer * sizeof(gt_layer);
     out->mapped_file = m->map_size;
+    if (m->dev && m->backend->device) {
+        gt_dev_memory d;
+        m->backend->device->memory(m->dev, &d);
+        out->weights_aliased = d.imported ? m->weight_bytes : 0;
+        out->weights_owned = 0;
+        out->other += d.host_owned;
+        out->device_local = d.device_local;
+        out->imported = d.imported;
+        out->staging = d.staging;
+    }
     return GEIST_OK;
 }
 

@@ -25,7 +25,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "geist.h"
 #include "util/cpu.h"
+#include "util/util.h"
+
+struct geist_model;
 
 /* A weight matrix as a view into the model's span: n_out rows of n_in values of `type`. */
 typedef struct gt_weight {
@@ -35,6 +39,88 @@ typedef struct gt_weight {
     int64_t n_out;
     size_t row_bytes;
 } gt_weight;
+
+/* ---- The device interface (DESIGN.md, "Backends are devices") -------------------------------
+ * A backend with `device` == NULL is a host backend (cpu_scalar, cpu_x86): its weights are views
+ * into the caller's span (aliased, zero owned bytes), each session's KV lives in host memory in
+ * the formats of session/kv.c, and its forward pass is the host layer recipe (session/forward.c:
+ * norms, rotary, attention, activations on the CPU at the backend's `simd`, products through the
+ * kernels below). A device backend (vulkan) implements every entry of gt_device_ops: it holds its
+ * own copy (or import) of the weights, every session's KV, and runs a whole batched step itself;
+ * the kernels below then serve only host-side helpers (norm vectors at load, geist_vec_dot). */
+
+/* One engine's view of its device, from probe. */
+typedef struct gt_dev_probe {
+    char name[128];          /* the device's own name ("llvmpipe (LLVM 15.0.6, 256 bits)") */
+    int32_t index;           /* its index among the devices the loader lists */
+    bool unified_memory;     /* device-local memory is host-visible (integrated, CPU) */
+    bool host_import;        /* VK_EXT_external_memory_host (or the like) is enabled */
+    uint64_t import_align;   /* alignment of an imported host range (0: no import) */
+    uint64_t max_buffer;     /* the largest storage buffer range one binding may see */
+    uint64_t max_alloc;      /* the largest single allocation */
+    uint64_t device_local;   /* bytes of the device-local heaps */
+} gt_dev_probe;
+
+/* Bytes a device model holds, by category (geist_memory_report's device fields). */
+typedef struct gt_dev_memory {
+    uint64_t host_owned;   /* host memory the backend allocated (tables, copies) */
+    uint64_t device_local; /* device memory it allocated (weights uploaded, KV, scratch) */
+    uint64_t imported;     /* caller pages used in place through host-pointer import */
+    uint64_t staging;      /* host-visible staging buffers it still holds */
+} gt_dev_memory;
+
+/* A session's KV on the device: the backend's own object. */
+typedef struct gt_dev_kv gt_dev_kv;
+
+typedef struct gt_dev_kv_desc {
+    int32_t kv_mode;     /* a geist_kv_mode */
+    int32_t max_seq_len; /* positions the session may hold */
+    int32_t n_layer;
+    const int32_t *rows; /* n_layer: rows per layer (a ring of min(window, max) on sliding ones) */
+} gt_dev_kv_desc;
+
+/* One row of a batched step. */
+typedef struct gt_dev_row {
+    int32_t token, pos;      /* the token at its position (the caller checked both) */
+    gt_dev_kv *kv;           /* the session's own KV (positions n_prefix..) */
+    const gt_dev_kv *prefix; /* a shared prefix's KV, or NULL */
+    int32_t n_prefix;
+    float *logits;           /* NULL, or n_vocab floats to receive this row's logits */
+} gt_dev_row;
+
+/* The engine options a device backend reads (geist_engine_options' device fields). */
+typedef struct gt_dev_options {
+    const char *device;    /* NULL or "auto", an index, or a substring of a device name */
+    const char *loader;    /* the loader library to open; NULL: the system's names */
+    uint64_t memory_limit; /* most device bytes the backend may allocate; 0: the device's */
+    bool no_import;        /* never import host pointers (copy instead) */
+} gt_dev_options;
+
+typedef struct gt_device_ops {
+    /* Opens the device the options name; fails cleanly (no loader, no device) with err naming
+     * why. */
+    geist_status (*engine_init)(const gt_dev_options *o, void **ctx, gt_err *err);
+    void (*engine_free)(void *ctx);
+    void (*probe)(const void *ctx, gt_dev_probe *out);
+    /* Takes the model's weight views (imports, uploads); on failure nothing stays allocated.
+     * load_file: the span is a file mapping the model owns (it may be unmapped afterwards; the
+     * backend sets *drop_span when it no longer reads it). */
+    geist_status (*model_init)(void *ctx, struct geist_model *m, bool load_file, void **dm,
+                               bool *drop_span, gt_err *err);
+    void (*model_free)(void *dm);
+    void (*memory)(const void *dm, gt_dev_memory *out);
+    /* Refuses modes it does not run, naming the supported ones. */
+    geist_status (*kv_alloc)(void *dm, const gt_dev_kv_desc *d, gt_dev_kv **out, gt_err *err);
+    void (*kv_free)(gt_dev_kv *kv);
+    /* Host images of rows [row0, row0 + n) of one layer, in session/kv.c's row format. */
+    geist_status (*kv_read)(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n, void *k,
+                            void *v, gt_err *err);
+    geist_status (*kv_write)(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n,
+                             const void *k, const void *v, gt_err *err);
+    uint64_t (*kv_bytes)(const gt_dev_kv *kv);
+    /* One step: every layer for rows of one or more sessions (a session's rows contiguous). */
+    geist_status (*forward)(void *dm, const gt_dev_row *rows, int32_t n, gt_err *err);
+} gt_device_ops;
 
 typedef struct gt_backend {
     const char *name;
@@ -58,6 +144,8 @@ typedef struct gt_backend {
                      int64_t r0, int64_t r1);
     /* The widest SIMD the CPU-side steps may use for this backend (see the top); 0 = plain C. */
     gt_simd simd;
+    /* The device interface above; NULL: a host backend. */
+    const gt_device_ops *device;
 } gt_backend;
 
 /* matmul for backends with matmul_q: quantizes x (a heap buffer) and calls matmul_q; returns
@@ -68,6 +156,8 @@ bool gt_backend_matmul_via_q(const gt_backend *be, const gt_weight *w, const flo
 const gt_backend *gt_backend_cpu_scalar(void);
 /* cpu_scalar with exact float activations (GEIST_ACTIVATIONS_F32); see act_quant.h. */
 const gt_backend *gt_backend_cpu_scalar_exact(void);
+/* The Vulkan backend (vulkan/); NULL when the library was built without Vulkan headers. */
+const gt_backend *gt_backend_vulkan(void);
 /* NULL if no backend of that name is compiled in. "auto" picks the best available. */
 const gt_backend *gt_backend_find(const char *name);
 /* Comma-separated names of the compiled-in backends. */

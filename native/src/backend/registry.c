@@ -15,13 +15,27 @@ const gt_backend *gt_backend_find(const char *name) {
     }
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(all[i]->name, name) == 0) return all[i];
+#ifdef GEIST_HAVE_VULKAN
+    /* by name only: "auto" stays on the CPU (a GPU is the game's explicit choice) */
+    if (strcmp(name, "vulkan") == 0) return gt_backend_vulkan();
+#endif
     /* forced cpu_x86 variants (tests compare them); findable, not listed */
     if (strcmp(name, "cpu_x86_avx2") == 0) return gt_backend_cpu_x86_avx2();
     if (strcmp(name, "cpu_x86_avx512") == 0) return gt_backend_cpu_x86_avx512();
     return NULL;
 }
 
-const char *gt_backend_names(void) { return "cpu_x86,cpu_scalar"; }
+const char *gt_backend_names(void) {
+#ifdef GEIST_HAVE_VULKAN
+    return "cpu_x86,cpu_scalar,vulkan";
+#else
+    return "cpu_x86,cpu_scalar";
+#endif
+}
+
+#ifndef GEIST_HAVE_VULKAN
+const gt_backend *gt_backend_vulkan(void) { return NULL; }
+#endif
 
 bool gt_backend_matmul_via_q(const gt_backend *be, const gt_weight *w, const float *x,
                              int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {

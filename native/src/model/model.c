@@ -22,11 +22,13 @@ geist_status gt_model_record_error(const geist_model *m, const gt_err *err) {
 void gt_engine_release(geist_engine *e) {
     if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1) return;
     gt_pool_free(e->pool);
+    if (e->dev_ctx && e->backend->device) e->backend->device->engine_free(e->dev_ctx);
     free(e);
 }
 
 static void model_destroy(geist_model *m) {
     if (!m) return;
+    if (m->dev && m->backend->device) m->backend->device->model_free(m->dev);
     if (m->tokenizer_free) m->tokenizer_free(m->tokenizer);
     gt_arch_free(m);
     gt_gguf_free(&m->gguf);

@@ -69,6 +69,7 @@ struct geist_model {
      * function that frees it: the model's release never calls up. NULL, NULL without one. */
     struct gt_tokenizer *tokenizer;
     void (*tokenizer_free)(struct gt_tokenizer *t);
+    void *dev;        /* the device backend's model (backend.h gt_device_ops), else NULL */
     uint64_t owned_weight_bytes;
     uint64_t weight_bytes;
     uint64_t identity; /* hash of the GGUF bytes before the tensor data (session snapshots) */
@@ -82,6 +83,8 @@ struct geist_engine {
     int32_t n_threads;
     struct gt_pool *pool; /* n_threads - 1 workers for the matmuls (util/pool.h) */
     struct gt_runtime *runtime; /* async requests (runtime/runtime.h) */
+    void *dev_ctx; /* the device backend's engine context (backend.h gt_device_ops), else NULL */
+    char device_name[128]; /* the device's name, "" for host backends */
 };
 
 /* Reference counts (see geist_model.refs): the last release destroys the model and releases its

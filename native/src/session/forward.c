@@ -500,9 +500,32 @@ static void run_layers(const geist_model *m, const gt_batch_row *rows, int32_t n
     }
 }
 
+/* A device backend's step (backend.h): its rows, its forward; the sessions advance as below. */
+static geist_status device_forward(const geist_model *m, const gt_batch_row *rows, int32_t n,
+                                   gt_err *err) {
+    gt_dev_row *dr = gt_malloc_array((size_t)n, sizeof *dr);
+    if (!dr) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory for the batch");
+    for (int32_t t = 0; t < n; t++) {
+        const geist_session *s = rows[t].s;
+        dr[t] = (gt_dev_row){rows[t].id, rows[t].pos, s->dev_kv,
+                             s->prefix ? s->prefix->s->dev_kv : NULL, s->n_prefix, rows[t].logits};
+    }
+    geist_status st = m->backend->device->forward(m->dev, dr, n, err);
+    free(dr);
+    if (st) return st;
+    for (int32_t t = 0; t < n; t++)
+        if (t + 1 == n || rows[t + 1].s != rows[t].s) {
+            geist_session *s = rows[t].s;
+            s->n_past = rows[t].pos + 1;
+            if (rows[t].logits == s->logits) s->has_logits = true;
+        }
+    return GEIST_OK;
+}
+
 geist_status gt_forward_batch(const geist_model *m, const gt_batch_row *rows, int32_t n,
                               gt_fwd_scratch *sc, gt_err *err) {
     if (n <= 0) return GEIST_OK;
+    if (m->backend->device) return device_forward(m, rows, n, err);
     const gt_config *c = &m->cfg;
     const int64_t d = c->d_model;
     int32_t n_groups = 0, max_ctx = 1, n_lg = 0;

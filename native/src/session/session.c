@@ -27,6 +27,7 @@ static void free_kv(geist_session *s) {
 }
 
 void gt_session_destroy(geist_session *s) {
+    if (s->dev_kv) s->model->backend->device->kv_free(s->dev_kv);
     free_kv(s);
     free(s->logits);
     free(s->ids);
@@ -54,8 +55,28 @@ geist_status gt_session_new(geist_model *model, int32_t max_seq_len, int32_t kv_
         return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
                        "unknown kv_mode %d (supported: 0 = F32, 1 = F16, 2 = INT8, 3 = INT4, "
                        "4 = KIVI2)", kv_mode);
+    gt_dev_kv *dev_kv = NULL;
+    if (model->backend->device) { /* the device holds the KV (backend.h) */
+        gt_kv_geom geom;
+        gt_kv_geom_init(&geom, c, kv_mode);
+        int32_t *rows = calloc((size_t)c->n_layer, sizeof *rows);
+        if (!rows) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (session)");
+        for (int32_t il = 0; il < c->n_layer; il++) {
+            bool ring = false;
+            rows[il] = gt_kv_layer_rows(&geom, model->layers[il].sliding, c->sliding_window,
+                                        max_seq_len - n_prefix, &ring);
+        }
+        const gt_dev_kv_desc d = {kv_mode, max_seq_len, c->n_layer, rows};
+        geist_status st = model->backend->device->kv_alloc(model->dev, &d, &dev_kv, err);
+        free(rows);
+        if (st) return st;
+    }
     geist_session *s = calloc(1, sizeof *s);
-    if (!s) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (session)");
+    if (!s) {
+        if (dev_kv) model->backend->device->kv_free(dev_kv);
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (session)");
+    }
+    s->dev_kv = dev_kv;
     s->model = model;
     gt_model_retain(model);
     s->max_seq_len = max_seq_len;

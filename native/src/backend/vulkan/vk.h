@@ -1,0 +1,120 @@
+/* The Vulkan backend's private header: the loader's entry points (opened at run time, so the
+ * library loads where there is no Vulkan), the engine's device context and the device model.
+ * Vulkan headers are needed at build time only (VK_NO_PROTOTYPES: nothing links libvulkan). */
+#ifndef GEIST_VK_H
+#define GEIST_VK_H
+
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+
+#include <stdatomic.h>
+
+#include "../backend.h"
+
+/* Every Vulkan function the backend calls, resolved from the loader per engine (no globals). */
+typedef struct gt_vk_fns {
+    void *lib; /* dlopen handle of the loader */
+    PFN_vkGetInstanceProcAddr GetInstanceProcAddr;
+    PFN_vkCreateInstance CreateInstance;
+    PFN_vkEnumerateInstanceVersion EnumerateInstanceVersion;
+    PFN_vkDestroyInstance DestroyInstance;
+    PFN_vkEnumeratePhysicalDevices EnumeratePhysicalDevices;
+    PFN_vkGetPhysicalDeviceProperties GetPhysicalDeviceProperties;
+    PFN_vkGetPhysicalDeviceProperties2 GetPhysicalDeviceProperties2;
+    PFN_vkGetPhysicalDeviceMemoryProperties GetPhysicalDeviceMemoryProperties;
+    PFN_vkGetPhysicalDeviceQueueFamilyProperties GetPhysicalDeviceQueueFamilyProperties;
+    PFN_vkEnumerateDeviceExtensionProperties EnumerateDeviceExtensionProperties;
+    PFN_vkGetDeviceProcAddr GetDeviceProcAddr;
+    PFN_vkCreateDevice CreateDevice;
+    PFN_vkDestroyDevice DestroyDevice;
+    PFN_vkGetDeviceQueue GetDeviceQueue;
+    PFN_vkCreateBuffer CreateBuffer;
+    PFN_vkDestroyBuffer DestroyBuffer;
+    PFN_vkGetBufferMemoryRequirements GetBufferMemoryRequirements;
+    PFN_vkAllocateMemory AllocateMemory;
+    PFN_vkFreeMemory FreeMemory;
+    PFN_vkBindBufferMemory BindBufferMemory;
+    PFN_vkMapMemory MapMemory;
+    PFN_vkUnmapMemory UnmapMemory;
+    PFN_vkCreateCommandPool CreateCommandPool;
+    PFN_vkDestroyCommandPool DestroyCommandPool;
+    PFN_vkAllocateCommandBuffers AllocateCommandBuffers;
+    PFN_vkBeginCommandBuffer BeginCommandBuffer;
+    PFN_vkEndCommandBuffer EndCommandBuffer;
+    PFN_vkResetCommandBuffer ResetCommandBuffer;
+    PFN_vkCmdCopyBuffer CmdCopyBuffer;
+    PFN_vkQueueSubmit QueueSubmit;
+    PFN_vkCreateFence CreateFence;
+    PFN_vkDestroyFence DestroyFence;
+    PFN_vkWaitForFences WaitForFences;
+    PFN_vkResetFences ResetFences;
+    PFN_vkGetMemoryHostPointerPropertiesEXT GetMemoryHostPointerPropertiesEXT;
+} gt_vk_fns;
+
+/* Opens the loader: `path` when given, else the system's names (libvulkan.so.1, vulkan-1.dll,
+ * libvulkan.1.dylib / libMoltenVK.dylib) and resolves the global entry points. */
+geist_status gt_vk_load(gt_vk_fns *f, const char *path, gt_err *err);
+/* Instance-level entry points (after vkCreateInstance). */
+geist_status gt_vk_load_instance(gt_vk_fns *f, VkInstance inst, gt_err *err);
+/* Device-level entry points (after vkCreateDevice). */
+geist_status gt_vk_load_device(gt_vk_fns *f, VkDevice dev, bool host_import, gt_err *err);
+void gt_vk_unload(gt_vk_fns *f);
+
+/* What device choice sees of each device (a pure function of these, unit-tested). */
+typedef struct gt_vk_cand {
+    char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
+    VkPhysicalDeviceType type;
+    uint64_t device_local; /* bytes of its device-local heaps */
+    bool usable;           /* Vulkan 1.2 and a compute queue */
+} gt_vk_cand;
+
+/* The device `want` names (NULL/"auto", an index, or a name substring) among n candidates:
+ * its index, or -1 with err saying why (listing the devices). */
+int32_t gt_vk_choose(const gt_vk_cand *c, int32_t n, const char *want, gt_err *err);
+
+typedef struct gt_vk_ctx {
+    gt_vk_fns f;
+    VkInstance inst;
+    VkPhysicalDevice phys;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t queue_family;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties mem;
+    gt_dev_probe probe;
+    VkCommandPool pool;
+    uint64_t memory_limit; /* the engine's cap on device bytes (0: the heaps' size) */
+    _Atomic uint64_t used; /* device bytes allocated by this engine's models and sessions */
+    bool allow_import;     /* the engine allows host-pointer import */
+} gt_vk_ctx;
+
+geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *err);
+void gt_vk_ctx_free(gt_vk_ctx *c);
+
+/* A memory type index with all of `want` among the bits of `types`, or -1. */
+int32_t gt_vk_memory_type(const gt_vk_ctx *c, uint32_t types, VkMemoryPropertyFlags want);
+
+/* One storage buffer of the weights: a range of tensors, below maxStorageBufferRange. */
+typedef struct gt_vk_chunk {
+    VkBuffer buf;
+    VkDeviceMemory mem; /* owned by this chunk (upload), or VK_NULL_HANDLE (import: in `imp`) */
+    uint64_t src_off;   /* offset of the chunk's first byte in the model's span */
+    uint64_t size;
+    uint64_t shift;     /* bytes of the buffer before src_off (import: binding alignment) */
+} gt_vk_chunk;
+
+typedef struct gt_vk_model {
+    gt_vk_ctx *ctx;
+    int32_t n_chunks;
+    gt_vk_chunk *chunks;
+    VkDeviceMemory imp;   /* the imported host range (import), else VK_NULL_HANDLE */
+    uint64_t imp_base;    /* its start, as an offset in the span (may be negative: aligned down) */
+    gt_dev_memory memory;
+    bool imported;
+} gt_vk_model;
+
+geist_status gt_vk_model_init(gt_vk_ctx *c, struct geist_model *m, bool load_file,
+                              gt_vk_model **out, bool *drop_span, gt_err *err);
+void gt_vk_model_free(gt_vk_model *vm);
+
+#endif

@@ -1,0 +1,235 @@
+/* The engine's Vulkan device: instance, device choice, a compute queue, the features the shaders
+ * use, and host-pointer import where the device offers it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vk.h"
+
+#define MAX_DEVICES 16
+
+static int type_rank(VkPhysicalDeviceType t) {
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 0;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 1;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 3;
+    default: return 4;
+    }
+}
+
+static void list_devices(const gt_vk_cand *c, int32_t n, char *out, size_t cap) {
+    size_t len = 0;
+    out[0] = '\0';
+    for (int32_t i = 0; i < n && len < cap; i++) {
+        int w = snprintf(out + len, cap - len, "%s%d: %s%s", i ? ", " : "", (int)i, c[i].name,
+                         c[i].usable ? "" : " (unusable: no Vulkan 1.2 compute)");
+        if (w < 0) break;
+        len += (size_t)w;
+    }
+    if (n == 0) snprintf(out, cap, "none");
+}
+
+int32_t gt_vk_choose(const gt_vk_cand *c, int32_t n, const char *want, gt_err *err) {
+    char names[512];
+    list_devices(c, n, names, sizeof names);
+    if (n <= 0) {
+        gt_fail(err, GEIST_ERR_UNSUPPORTED,
+                "vulkan: the Vulkan loader found no device (no driver installed?)");
+        return -1;
+    }
+    if (want == NULL || want[0] == '\0' || strcmp(want, "auto") == 0) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < n; i++) {
+            if (!c[i].usable) continue;
+            if (best < 0 || type_rank(c[i].type) < type_rank(c[best].type)) best = i;
+        }
+        if (best < 0)
+            gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: no usable device (devices: %s)", names);
+        return best;
+    }
+    bool digits = true;
+    for (const char *p = want; *p; p++) digits = digits && *p >= '0' && *p <= '9';
+    int32_t pick = -1;
+    if (digits && strlen(want) < 6) {
+        pick = (int32_t)atoi(want);
+        if (pick >= n) {
+            gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                    "vulkan: no device with index %s (devices: %s)", want, names);
+            return -1;
+        }
+    } else {
+        for (int32_t i = 0; i < n && pick < 0; i++)
+            if (strstr(c[i].name, want)) pick = i;
+        if (pick < 0) {
+            gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                    "vulkan: no device name contains '%.64s' (devices: %s)", want, names);
+            return -1;
+        }
+    }
+    if (!c[pick].usable) {
+        gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: device %d (%s) is not usable: it lacks "
+                "Vulkan 1.2 or a compute queue", (int)pick, c[pick].name);
+        return -1;
+    }
+    return pick;
+}
+
+int32_t gt_vk_memory_type(const gt_vk_ctx *c, uint32_t types, VkMemoryPropertyFlags want) {
+    for (uint32_t i = 0; i < c->mem.memoryTypeCount; i++)
+        if ((types & (1u << i)) && (c->mem.memoryTypes[i].propertyFlags & want) == want)
+            return (int32_t)i;
+    return -1;
+}
+
+static bool has_ext(const VkExtensionProperties *e, uint32_t n, const char *name) {
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(e[i].extensionName, name) == 0) return true;
+    return false;
+}
+
+static int32_t compute_family(const gt_vk_fns *f, VkPhysicalDevice p) {
+    VkQueueFamilyProperties q[16];
+    uint32_t nq = 16;
+    f->GetPhysicalDeviceQueueFamilyProperties(p, &nq, q);
+    for (uint32_t i = 0; i < nq; i++) /* a compute family, preferring one without graphics */
+        if ((q[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && !(q[i].queueFlags & VK_QUEUE_GRAPHICS_BIT))
+            return (int32_t)i;
+    for (uint32_t i = 0; i < nq; i++)
+        if (q[i].queueFlags & VK_QUEUE_COMPUTE_BIT) return (int32_t)i;
+    return -1;
+}
+
+static uint64_t device_local_bytes(const VkPhysicalDeviceMemoryProperties *m) {
+    uint64_t b = 0;
+    for (uint32_t h = 0; h < m->memoryHeapCount; h++)
+        if (m->memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) b += m->memoryHeaps[h].size;
+    return b;
+}
+
+void gt_vk_ctx_free(gt_vk_ctx *c) {
+    if (!c) return;
+    if (c->pool) c->f.DestroyCommandPool(c->dev, c->pool, NULL);
+    if (c->dev) c->f.DestroyDevice(c->dev, NULL);
+    if (c->inst) c->f.DestroyInstance(c->inst, NULL);
+    gt_vk_unload(&c->f);
+    free(c);
+}
+
+geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *err) {
+    gt_vk_ctx *c = calloc(1, sizeof *c);
+    if (!c) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan context)");
+    geist_status st = gt_vk_load(&c->f, o->loader, err);
+    if (st) {
+        free(c);
+        return st;
+    }
+    uint32_t api = VK_API_VERSION_1_0;
+    if (c->f.EnumerateInstanceVersion) c->f.EnumerateInstanceVersion(&api);
+    if (api < VK_API_VERSION_1_2) {
+        gt_vk_ctx_free(c);
+        return gt_fail(err, GEIST_ERR_UNSUPPORTED,
+                       "vulkan: the loader offers Vulkan %u.%u; geist needs 1.2",
+                       VK_API_VERSION_MAJOR(api), VK_API_VERSION_MINOR(api));
+    }
+    const VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                                   .pApplicationName = "geist", .pEngineName = "geist",
+                                   .apiVersion = VK_API_VERSION_1_2};
+    const VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                                      .pApplicationInfo = &app};
+    VkResult r = c->f.CreateInstance(&ici, NULL, &c->inst);
+    if (r != VK_SUCCESS) {
+        c->inst = VK_NULL_HANDLE;
+        gt_vk_ctx_free(c);
+        if (r == VK_ERROR_INCOMPATIBLE_DRIVER)
+            return gt_fail(err, GEIST_ERR_UNSUPPORTED,
+                           "vulkan: the loader found no Vulkan 1.2 driver on this machine (no "
+                           "device; install one such as mesa-vulkan-drivers, or use a CPU backend)");
+        return gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: vkCreateInstance failed (%d)", (int)r);
+    }
+    if ((st = gt_vk_load_instance(&c->f, c->inst, err))) {
+        gt_vk_ctx_free(c);
+        return st;
+    }
+    VkPhysicalDevice phys[MAX_DEVICES];
+    uint32_t n = MAX_DEVICES;
+    r = c->f.EnumeratePhysicalDevices(c->inst, &n, phys);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE) n = 0;
+    gt_vk_cand cand[MAX_DEVICES];
+    for (uint32_t i = 0; i < n; i++) {
+        VkPhysicalDeviceProperties p;
+        VkPhysicalDeviceMemoryProperties m;
+        c->f.GetPhysicalDeviceProperties(phys[i], &p);
+        c->f.GetPhysicalDeviceMemoryProperties(phys[i], &m);
+        snprintf(cand[i].name, sizeof cand[i].name, "%s", p.deviceName);
+        cand[i].type = p.deviceType;
+        cand[i].device_local = device_local_bytes(&m);
+        cand[i].usable = p.apiVersion >= VK_API_VERSION_1_2 && compute_family(&c->f, phys[i]) >= 0;
+    }
+    const int32_t pick = gt_vk_choose(cand, (int32_t)n, o->device, err);
+    if (pick < 0) {
+        gt_vk_ctx_free(c);
+        return err->status;
+    }
+    c->phys = phys[pick];
+    c->f.GetPhysicalDeviceProperties(c->phys, &c->props);
+    c->f.GetPhysicalDeviceMemoryProperties(c->phys, &c->mem);
+    c->queue_family = (uint32_t)compute_family(&c->f, c->phys);
+
+    VkExtensionProperties ext[256];
+    uint32_t n_ext = 256;
+    r = c->f.EnumerateDeviceExtensionProperties(c->phys, NULL, &n_ext, ext);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE) n_ext = 0;
+    const bool import = !o->no_import && has_ext(ext, n_ext, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+    VkPhysicalDeviceExternalMemoryHostPropertiesEXT hostp = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                      .pNext = import ? &hostp : NULL};
+    c->f.GetPhysicalDeviceProperties2(c->phys, &p2);
+
+    const float prio = 1.0f;
+    const VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                         .queueFamilyIndex = c->queue_family, .queueCount = 1,
+                                         .pQueuePriorities = &prio};
+    const char *exts[1];
+    uint32_t n_on = 0;
+    if (import) exts[n_on++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
+    const VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                                    .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci,
+                                    .enabledExtensionCount = n_on, .ppEnabledExtensionNames = exts};
+    r = c->f.CreateDevice(c->phys, &dci, NULL, &c->dev);
+    if (r != VK_SUCCESS) {
+        c->dev = VK_NULL_HANDLE;
+        gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: vkCreateDevice failed on %s (%d)",
+                c->props.deviceName, (int)r);
+        gt_vk_ctx_free(c);
+        return GEIST_ERR_UNSUPPORTED;
+    }
+    if ((st = gt_vk_load_device(&c->f, c->dev, import, err))) {
+        gt_vk_ctx_free(c);
+        return st;
+    }
+    c->f.GetDeviceQueue(c->dev, c->queue_family, 0, &c->queue);
+    const VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                         .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                         .queueFamilyIndex = c->queue_family};
+    if (c->f.CreateCommandPool(c->dev, &pci, NULL, &c->pool) != VK_SUCCESS) {
+        c->pool = VK_NULL_HANDLE;
+        gt_vk_ctx_free(c);
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: cannot create a command pool");
+    }
+    gt_dev_probe *pr = &c->probe;
+    snprintf(pr->name, sizeof pr->name, "%.127s", c->props.deviceName);
+    pr->index = pick;
+    pr->host_import = import;
+    pr->import_align = import ? hostp.minImportedHostPointerAlignment : 0;
+    pr->max_buffer = c->props.limits.maxStorageBufferRange;
+    pr->max_alloc = 1u << 30; /* Vulkan 1.1 maxMemoryAllocationSize is at least 1 GiB */
+    pr->device_local = device_local_bytes(&c->mem);
+    pr->unified_memory = c->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU ||
+                         c->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    c->memory_limit = o->memory_limit;
+    c->allow_import = import;
+    *out = c;
+    return GEIST_OK;
+}

@@ -1,0 +1,144 @@
+"""The vulkan backend on lavapipe (Mesa's CPU Vulkan driver): device choice, weight import and
+upload with the memory report, and clean errors (no loader, no device, a device-memory cap below
+the model, a refused import, sessions this build cannot run).
+
+The ICD is pinned through the Vulkan *loader's* own variables (VK_ICD_FILENAMES /
+VK_DRIVER_FILES: the loader's configuration, not geist's; geist reads no environment). Without
+lavapipe, or in a build without Vulkan headers, these tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import geist
+from geist import testing
+from geist.errors import GeistError
+
+_ICDS = [Path("/usr/share/vulkan/icd.d") / n for n in ("lvp_icd.json", "lvp_icd.x86_64.json")]
+LVP = next((p for p in _ICDS if p.is_file()), None)
+
+
+def _skip_reason() -> str | None:
+    if "vulkan" not in geist.backends_available().split(","):
+        return "this build has no vulkan backend (no Vulkan headers or glslc at build time)"
+    if ctypes.util.find_library("vulkan") is None:
+        return "no Vulkan loader (libvulkan1) on this machine"
+    if LVP is None:
+        return "no lavapipe ICD (mesa-vulkan-drivers) on this machine"
+    return None
+
+
+_REASON = _skip_reason()
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+
+
+@pytest.fixture(autouse=True)
+def _lavapipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VK_ICD_FILENAMES", str(LVP))
+    monkeypatch.setenv("VK_DRIVER_FILES", str(LVP))
+    xdg = Path(tempfile.gettempdir()) / f"geist-xdg-{os.getuid()}"
+    xdg.mkdir(mode=0o700, exist_ok=True)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+
+
+def _fixture(weight_type: str = "Q8_0", arch: str = "llama") -> Path:
+    return testing.fixture_path(arch, weight_type)
+
+
+def test_engine_opens_lavapipe() -> None:
+    eng = geist.Engine(backend="vulkan")
+    assert eng.backend == "vulkan"
+    assert "llvmpipe" in eng.device
+    eng.close()
+    eng = geist.Engine(backend="vulkan", device="0")
+    assert "llvmpipe" in eng.device
+    eng.close()
+    eng = geist.Engine(backend="vulkan", device="llvmpipe")
+    assert "llvmpipe" in eng.device
+    eng.close()
+
+
+def test_auto_stays_on_the_cpu() -> None:
+    eng = geist.Engine()
+    assert eng.backend != "vulkan" and eng.device == ""
+    eng.close()
+
+
+def test_bad_device_choice_names_the_devices() -> None:
+    with pytest.raises(GeistError,
+                       match=r"no device name contains 'no-such-gpu' \(devices: 0: llvmpipe"):
+        geist.Engine(backend="vulkan", device="no-such-gpu")
+    with pytest.raises(GeistError, match="no device with index 7"):
+        geist.Engine(backend="vulkan", device=7)
+
+
+def test_no_loader_is_a_clear_error() -> None:
+    with pytest.raises(GeistError, match="no Vulkan loader on this machine"):
+        geist.Engine(backend="vulkan", vulkan_loader="/nonexistent/libvulkan.so.1")
+
+
+def test_no_device_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    empty = tmp_path / "none.json"  # an ICD list that names no driver: the loader finds none
+    monkeypatch.setenv("VK_ICD_FILENAMES", str(empty))
+    monkeypatch.setenv("VK_DRIVER_FILES", str(empty))
+    with pytest.raises(GeistError, match=r"found no (Vulkan 1\.2 driver|device)"):
+        geist.Engine(backend="vulkan")
+
+
+@pytest.mark.parametrize("how", ["memory", "file"])
+def test_weights_imported_in_place(how: str) -> None:
+    path = _fixture()
+    eng = geist.Engine(backend="vulkan")
+    if how == "file":
+        model = geist.Model.load(path, engine=eng)
+    else:
+        model = geist.Model.from_buffer(path.read_bytes(), engine=eng)
+    mem = model.memory()
+    # one copy of the weights: the caller's pages (or the file mapping), imported, none on the
+    # device beside them
+    assert mem["imported"] >= mem["weights_aliased"] > 0
+    assert mem["device_local"] == 0 and mem["staging"] == 0 and mem["weights_owned"] == 0
+    model.close()
+    eng.close()
+
+
+@pytest.mark.parametrize("weight_type", ["F32", "F16", "Q8_0", "Q4_0", "Q4_1"])
+def test_weights_uploaded_when_import_is_refused(weight_type: str) -> None:
+    path = _fixture(weight_type)
+    eng = geist.Engine(backend="vulkan", no_import=True)
+    model = geist.Model.load(path, engine=eng)
+    mem = model.memory()
+    assert mem["imported"] == 0 and mem["weights_aliased"] == 0 and mem["staging"] == 0
+    # every tensor byte on the device, nothing left on the host
+    assert mem["device_local"] >= path.stat().st_size // 2 > 0
+    model.close()
+    eng.close()
+
+
+def test_device_memory_cap_below_the_model() -> None:
+    path = _fixture()
+    eng = geist.Engine(backend="vulkan", no_import=True, device_memory_limit=4096)
+    with pytest.raises(GeistError, match="device_memory_limit"):
+        geist.Model.load(path, engine=eng)
+    # nothing was left allocated: the same engine loads it once the cap allows
+    eng.close()
+    eng = geist.Engine(backend="vulkan", no_import=True, device_memory_limit=1 << 30)
+    model = geist.Model.load(path, engine=eng)
+    assert model.memory()["device_local"] > 0
+    model.close()
+    eng.close()
+
+
+def test_sessions_are_refused_with_a_clear_error() -> None:
+    eng = geist.Engine(backend="vulkan")
+    model = geist.Model.load(_fixture(), engine=eng)
+    with pytest.raises(GeistError, match="no device forward pass"):
+        model.session(max_seq_len=32)
+    model.close()
+    eng.close()
