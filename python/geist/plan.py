@@ -15,7 +15,7 @@ KIVI_GROUP = 32  # tokens per KIVI block (GT_KIVI_GROUP)
 QGROUP = 32  # channels per INT4 / KIVI-V scale group (GT_QGROUP)
 
 # Small per-object overheads of the native structs (exact enough: they are < 1 KB)
-_SESSION_STRUCT = 696
+_SESSION_STRUCT = 704  # sizeof(struct geist_session); tests/core/test_plan.py holds it to memory()
 _LAYER_STRUCT = 40
 
 
