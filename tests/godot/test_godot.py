@@ -161,3 +161,53 @@ def test_editor_plugin_loads(godot: Path, tmp_path: Path) -> None:
               if ("ERROR" in ln or "SCRIPT ERROR" in ln) and "geist" in ln.lower()]
     assert not errors, "\n".join(errors) + r.stderr[-3000:]
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def api_of_extension(godot: Path, tmp: Path) -> dict:
+    """The geist classes as ClassDB registered them (tests/godot/api_dump.gd)."""
+    proj = make_project(tmp / "api", "api", link_addon=True)
+    shutil.copy(ROOT / "tests" / "godot" / "api_dump.gd", proj / "api_dump.gd")
+    r = run_godot(godot, ["--path", str(proj), "--script", "res://api_dump.gd"], tmp)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("API:")), None)
+    assert r.returncode == 0 and line, r.stdout[-2000:] + r.stderr[-2000:]
+    return json.loads(line[4:])
+
+
+def test_class_reference_covers_api(godot: Path, tmp_path: Path) -> None:
+    """Every bound method, property, signal and constant has a non-empty entry in
+    addons/geist/doc_classes/<Class>.xml, and the XML documents nothing else."""
+    import xml.etree.ElementTree as ET
+
+    api = api_of_extension(godot, tmp_path)
+    docs = {p.stem: ET.parse(p).getroot() for p in (ADDON / "doc_classes").glob("*.xml")}
+    assert set(docs) == set(api), (sorted(docs), sorted(api))
+    problems = []
+    for cls, a in api.items():
+        root = docs[cls]
+        if root.get("inherits") != a["inherits"]:
+            problems.append(f"{cls}: inherits {root.get('inherits')} != {a['inherits']}")
+        if not (root.findtext("brief_description") or "").strip():
+            problems.append(f"{cls}: no brief_description")
+        kinds = {
+            "method": (set(a["methods"]), {m.get("name"): m.findtext("description")
+                                           for m in root.iter("method")}),
+            "member": (set(a["members"]), {m.get("name"): m.text for m in root.iter("member")}),
+            "signal": (set(a["signals"]), {s.get("name"): s.findtext("description")
+                                           for s in root.iter("signal")}),
+            "constant": (set(a["constants"]), {c.get("name"): c.text
+                                               for c in root.iter("constant")}),
+        }
+        for kind, (bound, documented) in kinds.items():
+            for name in sorted(bound - set(documented)):
+                problems.append(f"{cls}: {kind} {name} is not documented")
+            for name in sorted(set(documented) - bound):
+                problems.append(f"{cls}: {kind} {name} is documented but not bound")
+            for name, text in documented.items():
+                if name in bound and not (text or "").strip():
+                    problems.append(f"{cls}: {kind} {name} has an empty description")
+        for m in root.iter("member"):
+            bound_m = a["members"].get(m.get("name"))
+            if bound_m and (m.get("setter"), m.get("getter")) != (bound_m["setter"],
+                                                                  bound_m["getter"]):
+                problems.append(f"{cls}: member {m.get('name')} setter/getter differ")
+    assert not problems, "\n".join(problems)
