@@ -1,6 +1,8 @@
 @tool
 extends EditorPlugin
-## Registers the geist Project Settings and the Geist dock.
+## Registers the geist Project Settings, the Geist dock and the export plugin that stores every
+## .gguf model the game names (export_plugin.gd). The .gguf loader itself is registered by the
+## extension (GeistModelLoader), so it works in exported games too.
 
 const SETTINGS := [
 	["geist/runtime/threads", TYPE_INT, 1, PROPERTY_HINT_RANGE, "1,64,1"],
@@ -14,6 +16,7 @@ const SETTINGS := [
 ]
 
 var dock: Control
+var exporter: EditorExportPlugin
 
 
 func _enter_tree() -> void:
@@ -25,9 +28,14 @@ func _enter_tree() -> void:
 	dock = preload("res://addons/geist/dock.gd").new()
 	dock.name = "Geist"
 	add_control_to_dock(DOCK_SLOT_RIGHT_UL, dock)
+	exporter = preload("res://addons/geist/export_plugin.gd").new()
+	add_export_plugin(exporter)
 
 
 func _exit_tree() -> void:
+	if exporter:
+		remove_export_plugin(exporter)
+		exporter = null
 	if dock:
 		remove_control_from_docks(dock)
 		dock.queue_free()

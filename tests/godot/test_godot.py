@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -211,3 +212,96 @@ def test_class_reference_covers_api(godot: Path, tmp_path: Path) -> None:
                                                                   bound_m["getter"]):
                 problems.append(f"{cls}: member {m.get('name')} setter/getter differ")
     assert not problems, "\n".join(problems)
+
+
+def readme_block(name: str) -> str:
+    """The README's fenced block whose info string names `name` (```gdscript main.gd)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"^```\w+ " + re.escape(name) + r"\n(.*?)^```", text, re.S | re.M)
+    assert m, f"README.md has no block for {name}"
+    return m.group(1)
+
+
+QUICK_START_SCENE = """[gd_scene load_steps=3 format=3]
+
+[ext_resource type="Script" path="res://main.gd" id="1"]
+[ext_resource type="GeistModel" path="res://models/npc.gguf" id="2"]
+
+[node name="Main" type="Node"]
+script = ExtResource("1")
+
+[node name="Smith" type="GeistNPC" parent="."]
+model = ExtResource("2")
+temperature = 0.0
+max_tokens = 12
+"""
+
+
+def quick_start_project(root: Path, model_file: Path, scene: str, presets: str) -> Path:
+    """The README's quick start: addons/geist copied, models/npc.gguf, the extension listed (the
+    one-line CI alternative to a first editor run), the plugin enabled, a scene with a GeistNPC
+    whose model is the .gguf (what the editor writes after the drag-and-drop), main.gd and
+    export_presets.cfg from the README."""
+    proj = make_project(root, "quick start")
+    with open(proj / "project.godot", "a", encoding="utf-8") as f:
+        f.write('run/main_scene="res://main.tscn"\n\n[editor_plugins]\n'
+                'enabled=PackedStringArray("res://addons/geist/plugin.cfg")\n')
+    (proj / "models").mkdir()
+    shutil.copy(model_file, proj / "models" / "npc.gguf")
+    (proj / "main.gd").write_text(readme_block("main.gd"), encoding="utf-8")
+    (proj / "main.tscn").write_text(scene, encoding="utf-8")
+    (proj / "export_presets.cfg").write_text(presets, encoding="utf-8")
+    return proj
+
+
+def export_and_run(godot: Path, proj: Path, tmp: Path, model_file: Path) -> str:
+    """--export-pack, then run the pack where nothing but the extension's library is on disk."""
+    pck = proj / "build" / "game.pck"
+    pck.parent.mkdir()
+    r = run_godot(godot, ["--path", str(proj), "--export-pack", "Linux", str(pck)], tmp,
+                  timeout=600)
+    assert pck.is_file(), r.stdout[-3000:] + r.stderr[-3000:]
+    data = pck.read_bytes()
+    size = model_file.stat().st_size
+    print("pack:", len(data), "bytes; model:", size)
+    assert len(data) > size, "the pack does not hold the model"
+    assert len(data) < 2 * size, "the model is stored twice"
+    assert b"models/npc.gguf" in data
+    run = tmp / "run"
+    (run / "addons" / "geist" / "bin").mkdir(parents=True)
+    shutil.copy(LIB, run / "addons" / "geist" / "bin" / LIB.name)
+    shutil.copy(pck, run / "game.pck")
+    env_cwd = os.getcwd()
+    try:
+        os.chdir(run)
+        r = run_godot(godot, ["--main-pack", "game.pck"], tmp)
+    finally:
+        os.chdir(env_cwd)
+    print(r.stdout[-2000:])
+    return r.stdout + r.stderr
+
+
+def test_quick_start_export(godot: Path, model_file: Path, tmp_path: Path) -> None:
+    proj = quick_start_project(tmp_path / "game", model_file, QUICK_START_SCENE,
+                               readme_block("export_presets.cfg"))
+    out = export_and_run(godot, proj, tmp_path, model_file)
+    m = re.search(r"Smith: (.+)", out)
+    assert m and m.group(1).strip(), out[-3000:]
+    assert "SCRIPT ERROR" not in out, out[-3000:]
+
+
+def test_export_plugin_adds_models_named_by_path(godot: Path, model_file: Path,
+                                                 tmp_path: Path) -> None:
+    """Only the scene is exported (no dependency names the .gguf: its GeistModel is a
+    sub-resource with model_path), so the model is in the pack only through the export plugin."""
+    scene = QUICK_START_SCENE.replace(
+        '[ext_resource type="GeistModel" path="res://models/npc.gguf" id="2"]\n',
+        '\n[sub_resource type="GeistModel" id="m"]\nmodel_path = "res://models/npc.gguf"\n',
+    ).replace('model = ExtResource("2")', 'model = SubResource("m")')
+    presets = readme_block("export_presets.cfg").replace(
+        'export_filter="all_resources"',
+        'export_filter="scenes"\nexport_files=PackedStringArray("res://main.tscn")')
+    proj = quick_start_project(tmp_path / "game", model_file, scene, presets)
+    out = export_and_run(godot, proj, tmp_path, model_file)
+    m = re.search(r"Smith: (.+)", out)
+    assert m and m.group(1).strip(), out[-3000:]
