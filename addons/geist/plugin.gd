@@ -15,7 +15,9 @@ const SETTINGS := [
 	["geist/runtime/max_batch", TYPE_INT, 64, PROPERTY_HINT_RANGE, "1,4096,1"],
 ]
 
-var dock: Control
+const Dock := preload("res://addons/geist/dock.gd")
+
+var dock: Dock
 var exporter: EditorExportPlugin
 
 
@@ -25,14 +27,23 @@ func _enter_tree() -> void:
 			ProjectSettings.set_setting(s[0], s[2])
 		ProjectSettings.set_initial_value(s[0], s[2])
 		ProjectSettings.add_property_info({"name": s[0], "type": s[1], "hint": s[3], "hint_string": s[4]})
-	dock = preload("res://addons/geist/dock.gd").new()
+	dock = Dock.new()
 	dock.name = "Geist"
-	add_control_to_dock(DOCK_SLOT_RIGHT_UL, dock)
+	# a column of its own beside the Inspector, not a fourth tab behind Inspector/Signals/Groups
+	add_control_to_dock(DOCK_SLOT_RIGHT_UR, dock)
+	scene_changed.connect(_on_scene_changed)
 	exporter = preload("res://addons/geist/export_plugin.gd").new()
 	add_export_plugin(exporter)
 
 
+func _on_scene_changed(_root: Node) -> void:
+	if dock:
+		dock.refresh_npcs()
+
+
 func _exit_tree() -> void:
+	if scene_changed.is_connected(_on_scene_changed):
+		scene_changed.disconnect(_on_scene_changed)
 	if exporter:
 		remove_export_plugin(exporter)
 		exporter = null

@@ -305,3 +305,59 @@ def test_export_plugin_adds_models_named_by_path(godot: Path, model_file: Path,
     out = export_and_run(godot, proj, tmp_path, model_file)
     m = re.search(r"Smith: (.+)", out)
     assert m and m.group(1).strip(), out[-3000:]
+
+
+DOCK_WIDGETS = ["ModelPath", "Browse", "Load", "Info", "KVCap", "KVMode", "Budget", "Costs",
+                "PlayNPC", "Refresh", "Persona", "MaxTokens", "Preset", "Line", "Reply", "Stats"]
+
+
+def test_editor_screenshot(godot: Path, model_file: Path, tmp_path: Path) -> None:
+    """The editor under Xvfb (OpenGL through Mesa's llvmpipe) with the demo project: opens
+    smith.tscn, selects its GeistNPC, saves PNGs of the whole editor, the Geist dock and the
+    Inspector (tests/godot/editor_shot/plugin.gd) and reports the dock's widgets."""
+    if not shutil.which("xvfb-run"):
+        pytest.skip("xvfb-run is not installed (scripts/setup.sh installs xvfb)")
+    demo = tmp_path / "demo"
+    shutil.copytree(ROOT / "demo_project", demo, symlinks=True,
+                    ignore=shutil.ignore_patterns(".godot", "addons", "models"))
+    (demo / "addons").mkdir()
+    (demo / "addons" / "geist").symlink_to(ADDON)
+    shutil.copytree(ROOT / "tests" / "godot" / "editor_shot", demo / "addons" / "geist_shot")
+    (demo / "models").mkdir()
+    (demo / "models" / "model.gguf").symlink_to(model_file)
+    (demo / ".godot").mkdir()
+    (demo / ".godot" / "extension_list.cfg").write_text(
+        "res://addons/geist/geist.gdextension\n", encoding="utf-8")
+    out = tmp_path / "shots"
+    out.mkdir()
+    cfg = (demo / "project.godot").read_text(encoding="utf-8").replace(
+        'enabled=PackedStringArray("res://addons/geist/plugin.cfg")',
+        'enabled=PackedStringArray("res://addons/geist/plugin.cfg", '
+        '"res://addons/geist_shot/plugin.cfg")')
+    (demo / "project.godot").write_text(cfg + f'\n[geist_test]\nshot_dir="{out}"\n',
+                                        encoding="utf-8")
+    xdg = tmp_path / "xdg"
+    xdg.mkdir()
+    env = dict(os.environ, XDG_CONFIG_HOME=str(xdg), XDG_DATA_HOME=str(xdg),
+               XDG_CACHE_HOME=str(xdg))
+    env.pop("LD_PRELOAD", None)
+    r = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24", str(godot), "--editor",
+                        "--path", str(demo), "--rendering-driver", "opengl3", "--resolution",
+                        "1600x1000"], capture_output=True, text=True, timeout=300, env=env,
+                       check=False)
+    report_file = out / "report.json"
+    assert report_file.is_file(), r.stdout[-3000:] + r.stderr[-3000:]
+    report = json.loads(report_file.read_text(encoding="utf-8"))
+    print("screenshots in", out, report)
+    assert report["npc"] and report["dock"]
+    missing = [w for w in DOCK_WIDGETS if w not in report["widgets"]]
+    assert not missing, f"dock widgets missing: {missing}"
+    assert report["kv_modes"] == 5, "the dock lists every KV mode"
+    assert report["scene_npcs"] == 1, "the playground lists the open scene's GeistNPC"
+    assert "INT8, cap 384" in report["costs"] and "weights counted" in report["costs"]
+    assert report["warnings"] == []
+    for name in ("editor.png", "dock.png", "inspector.png"):
+        assert (out / name).stat().st_size > 10_000, name
+    errors = [ln for ln in (r.stdout + r.stderr).splitlines()
+              if "SCRIPT ERROR" in ln or ("ERROR" in ln and "geist" in ln.lower())]
+    assert not errors, "\n".join(errors)
