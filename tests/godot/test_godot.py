@@ -361,3 +361,22 @@ def test_editor_screenshot(godot: Path, model_file: Path, tmp_path: Path) -> Non
     errors = [ln for ln in (r.stdout + r.stderr).splitlines()
               if "SCRIPT ERROR" in ln or ("ERROR" in ln and "geist" in ln.lower())]
     assert not errors, "\n".join(errors)
+
+
+def test_fresh_project_needs_first_scan(godot: Path, tmp_path: Path) -> None:
+    """Fault 1, documented: until the editor has scanned a fresh project once, nothing lists the
+    extension and scripts cannot find its classes; the README's one line fixes that headless."""
+    proj = make_project(tmp_path / "fresh", "fresh")
+    (proj / ".godot" / "extension_list.cfg").unlink()
+    (proj / "check.gd").write_text(
+        "extends SceneTree\n\n\nfunc _init() -> void:\n"
+        "\tvar npc: GeistNPC = ClassDB.instantiate(\"GeistNPC\")\n"
+        "\tprint('FOUND ', npc.get_class())\n\tnpc.free()\n\tquit(0)\n", encoding="utf-8")
+    r = run_godot(godot, ["--path", str(proj), "--script", "res://check.gd"], tmp_path)
+    assert 'Could not find type "GeistNPC"' in r.stdout + r.stderr
+    line = re.search(r'echo "(res://addons/geist/geist\.gdextension)" > \.godot/extension_list\.cfg',
+                     (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert line, "the README gives the one-line alternative"
+    (proj / ".godot" / "extension_list.cfg").write_text(line.group(1) + "\n", encoding="utf-8")
+    r = run_godot(godot, ["--path", str(proj), "--script", "res://check.gd"], tmp_path)
+    assert "FOUND GeistNPC" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
