@@ -321,7 +321,8 @@ def test_editor_screenshot(godot: Path, model_file: Path, tmp_path: Path) -> Non
     shutil.copytree(ROOT / "demo_project", demo, symlinks=True,
                     ignore=shutil.ignore_patterns(".godot", "addons", "models"))
     (demo / "addons").mkdir()
-    (demo / "addons" / "geist").symlink_to(ADDON)
+    # a copy: the editor writes .uid and .import files next to the addon's files
+    shutil.copytree(ADDON, demo / "addons" / "geist")
     shutil.copytree(ROOT / "tests" / "godot" / "editor_shot", demo / "addons" / "geist_shot")
     (demo / "models").mkdir()
     (demo / "models" / "model.gguf").symlink_to(model_file)
