@@ -299,18 +299,16 @@ void mm_session_cost(void *self, const GDExtensionConstVariantPtr *a, int64_t n,
     geist_session_options_default(&o);
     o.max_seq_len = (int32_t)a_int(a, n, 0, 512);
     o.kv_mode = (int32_t)a_int(a, n, 1, GEIST_KV_F16);
-    geist_session *s = NULL;
-    if (geist_session_create(m->m, &o, &s) != GEIST_OK) {
+    /* the core's estimate: what a session would hold, nothing allocated */
+    geist_memory_report r;
+    memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    if (geist_session_estimate(m->m, &o, &r) != GEIST_OK) {
         char err[256];
         geist_last_error(err, sizeof err);
         gv_dict_set_str(ret, "error", err);
         return;
     }
-    geist_memory_report r;
-    memset(&r, 0, sizeof r);
-    r.struct_size = sizeof r;
-    geist_session_memory(s, &r);
-    geist_session_free(s);
     gv_dict_set_int(ret, "kv_cache", (int64_t)r.kv_cache);
     gv_dict_set_int(ret, "scratch", (int64_t)r.scratch);
     gv_dict_set_int(ret, "other", (int64_t)r.other);

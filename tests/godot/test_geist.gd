@@ -352,6 +352,12 @@ func test_kv_modes(model: GeistModel, _bytes: PackedByteArray) -> void:
 	for mode: int in modes:
 		var s := model.create_session(64, {"kv_mode": mode})
 		check(s != null and int(s.memory().kv_mode) == mode, "a session in KV mode %d" % mode)
+		for cap: int in [64, 200]:
+			var est := model.session_cost(cap, mode)
+			var mem := model.create_session(cap, {"kv_mode": mode}).memory()
+			check(est.kv_cache == mem.kv_cache and est.total == mem.total,
+				"session_cost(%d, %d) = %d bytes, what a session holds (estimated, not allocated)"
+				% [cap, mode, est.total])
 	check(GeistSession.FINISH_STOP == 0 and GeistSession.FINISH_LENGTH == 1
 		and GeistSession.FINISH_CAPACITY == 2 and GeistSession.FINISH_CANCELLED == 3
 		and GeistSession.FINISH_FAILED == -1, "finish reasons as constants")

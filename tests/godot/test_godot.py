@@ -375,7 +375,8 @@ def test_fresh_project_needs_first_scan(godot: Path, tmp_path: Path) -> None:
         "\tprint('FOUND ', npc.get_class())\n\tnpc.free()\n\tquit(0)\n", encoding="utf-8")
     r = run_godot(godot, ["--path", str(proj), "--script", "res://check.gd"], tmp_path)
     assert 'Could not find type "GeistNPC"' in r.stdout + r.stderr
-    line = re.search(r'echo "(res://addons/geist/geist\.gdextension)" > \.godot/extension_list\.cfg',
+    line = re.search(r'echo "(res://addons/geist/geist\.gdextension)" > '
+                     r'\.godot/extension_list\.cfg',
                      (ROOT / "README.md").read_text(encoding="utf-8"))
     assert line, "the README gives the one-line alternative"
     (proj / ".godot" / "extension_list.cfg").write_text(line.group(1) + "\n", encoding="utf-8")
