@@ -163,6 +163,8 @@ void engine_tick_connect(void) {
 }
 
 void engine_late_reply(GDExtensionObjectPtr npc, const gvar *reply, const char *msg) {
+    if (!ENG)
+        return; /* the extension is shutting down: nobody is left to resume */
     if (ENG->n_late == ENG->cap_late) {
         size_t nc = ENG->cap_late ? 2 * ENG->cap_late : 16;
         glate *nl = realloc(ENG->late, nc * sizeof *nl);
