@@ -189,7 +189,7 @@ func bench() -> void:
 		resident.kv_cache += m.kv_cache
 		resident.scratch += m.scratch + m.other
 		kv.append({"npc": str(npc.name), "max_seq_len": npc.max_seq_len,
-			"kv_mode": ["f32", "f16"][npc.kv_mode], "kv_bytes": m.kv_cache})
+			"kv_mode": ["f32", "f16", "int8", "int4", "kivi2"][npc.kv_mode], "kv_bytes": m.kv_cache})
 		var text: String = replies.get(npc.name, "")
 		all_replied = all_replied and text.strip_edges() != ""
 		out_replies.append({"npc": str(npc.name), "reply": text, "tokens": st.generated_tokens,

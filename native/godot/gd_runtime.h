@@ -26,7 +26,9 @@ typedef struct gr_msg {
 typedef struct gr_request {
     const gr_msg *messages; /* the whole conversation; rendered with the model's chat template */
     size_t n_messages;
-    int32_t trim; /* the core's context policy may drop the oldest turns (not the persona) */
+    geist_context_policy context; /* the core's context policy (trim, keep_first/last, reserve) */
+    const char *const *stop; /* extra stop strings (the template's own are added by the core) */
+    size_t n_stop;
     geist_sampler_options sampler;
     int32_t max_tokens;
     int32_t priority;

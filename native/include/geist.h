@@ -283,6 +283,13 @@ GEIST_API void geist_session_reset(geist_session *session);
 GEIST_API geist_status geist_session_memory(const geist_session *session,
                                             geist_memory_report *out);
 
+/* What geist_session_create(model, opts) would hold, without allocating anything: kv_cache,
+ * scratch and other as geist_session_memory reports them for a new session (no shared prefix).
+ * opts may be NULL (the defaults). Errors: GEIST_ERR_INVALID_ARGUMENT (as geist_session_create). */
+GEIST_API geist_status geist_session_estimate(const geist_model *model,
+                                              const geist_session_options *opts,
+                                              geist_memory_report *out);
+
 /* The session's KV mode (a geist_kv_mode). */
 GEIST_API int32_t geist_session_kv_mode(const geist_session *session);
 

@@ -44,7 +44,9 @@ func run() -> void:
 		return
 	var only := OS.get_cmdline_user_args()
 	var tests := ["buffer_load", "load_file", "pck", "bad_models", "two_sessions", "cancel",
-		"snapshot", "over_cap", "free_mid_generation", "npc", "kv_reuse", "trim"]
+		"snapshot", "over_cap", "free_mid_generation", "npc", "kv_reuse", "trim", "kv_modes",
+		"busy_queue", "all_replied", "free_with_queue", "errors", "resource_loader", "sampler",
+		"context_policy", "warnings"]
 	var t_all := Time.get_ticks_msec()
 	var model := GeistModel.new()
 	var bytes := FileAccess.get_file_as_bytes(model_path)
@@ -81,7 +83,7 @@ func test_load_file(_model: GeistModel, bytes: PackedByteArray) -> void:
 		var r := GeistModel.new()
 		check(r.load_file("res://model.gguf") == OK, "load_file(res://) OK: " + r.get_error())
 		var r2 := GeistModel.new()
-		r2.path = "res://model.gguf"
+		r2.model_path = "res://model.gguf"
 		check(r2.is_loaded(), "setting the path property loads the model")
 
 
@@ -276,6 +278,8 @@ func test_npc(model: GeistModel, _bytes: PackedByteArray) -> void:
 	var other := GeistNPC.new()
 	other.model = model
 	root.add_child(other)
+	check(other.load_memory(mem) != OK, "load_memory() into another persona is refused")
+	other.persona = npc.persona
 	check(other.load_memory(mem) == OK, "load_memory() OK")
 	check(other.get_session().get_transcript().size() == 2, "memory carries the conversation")
 	var nomodel := GeistNPC.new()
@@ -324,3 +328,214 @@ func test_trim(model: GeistModel, _bytes: PackedByteArray) -> void:
 	check(s.tokens_used <= 96, "the session stays within its cap (%d)" % s.tokens_used)
 	check(s.last_stats().reused_tokens > 0, "the system prompt's KV is still reused (%d)"
 		% s.last_stats().reused_tokens)
+
+
+func new_npc(model: GeistModel, tokens: int = 8) -> GeistNPC:
+	var npc := GeistNPC.new()
+	npc.model = model
+	npc.persona = "You are Mira, the village baker. Answer in one short sentence."
+	npc.temperature = 0.0
+	npc.max_tokens = tokens
+	root.add_child(npc)
+	return npc
+
+
+# fault 4: every KV mode is reachable (constants, inspector hint, sessions) and documented
+func test_kv_modes(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var modes := [GeistSession.KV_F32, GeistSession.KV_F16, GeistSession.KV_INT8,
+		GeistSession.KV_INT4, GeistSession.KV_KIVI2]
+	check(modes == [0, 1, 2, 3, 4], "five KV_* constants")
+	for p in ClassDB.class_get_property_list("GeistNPC"):
+		if p.name == "kv_mode":
+			check(str(p.hint_string).split(",").size() == 5, "the inspector lists five KV modes: "
+				+ str(p.hint_string))
+	for mode: int in modes:
+		var s := model.create_session(64, {"kv_mode": mode})
+		check(s != null and int(s.memory().kv_mode) == mode, "a session in KV mode %d" % mode)
+		for cap: int in [64, 200]:
+			var est := model.session_cost(cap, mode)
+			var mem := model.create_session(cap, {"kv_mode": mode}).memory()
+			check(est.kv_cache == mem.kv_cache and est.total == mem.total,
+				"session_cost(%d, %d) = %d bytes, what a session holds (estimated, not allocated)"
+				% [cap, mode, est.total])
+	check(GeistSession.FINISH_STOP == 0 and GeistSession.FINISH_LENGTH == 1
+		and GeistSession.FINISH_CAPACITY == 2 and GeistSession.FINISH_CANCELLED == 3
+		and GeistSession.FINISH_FAILED == -1, "finish reasons as constants")
+
+
+# fault 5: say() while busy queues the line; each say() resumes with its own reply
+func test_busy_queue(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var npc := new_npc(model)
+	var heard: Array[String] = []
+	npc.replied.connect(func(t: String) -> void: heard.append(t))
+	var first: Signal = npc.say("What do you sell?")
+	var second: Signal = npc.say("And what does it cost?")
+	check(npc.get_queued_lines() == 1 and npc.is_busy(), "the second line is queued")
+	var r1: String = await first
+	check(r1 != "" and heard.size() == 1 and r1 == heard[0],
+		"the first await gets the first reply: " + r1)
+	var r2: String = await second
+	check(r2 != "" and heard.size() == 2 and r2 == heard[1],
+		"the second await gets the second reply: " + r2)
+	check(npc.get_session().get_transcript().size() == 4, "both turns in the conversation")
+	npc.queue_free()
+
+
+# fault 5: several NPCs at once, whichever finishes first
+func test_all_replied(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var slow := new_npc(model, 24)
+	var fast := new_npc(model, 2)
+	slow.say("Tell me about the harvest.")
+	fast.say("Hello!")
+	var replies: Array = await GeistEngine.all_replied([slow, fast])
+	check(replies.size() == 2 and replies[0] != "" and replies[1] != "",
+		"all_replied() gives every reply in order: %s" % [replies])
+	check(replies[0] == slow.get_last_reply() and replies[1] == fast.get_last_reply(),
+		"in the order of the NPCs given")
+	var again: Array = await GeistEngine.all_replied([slow, fast])
+	check(again == replies, "all_replied() of idle NPCs completes on the next frame")
+	slow.queue_free()
+	fast.queue_free()
+
+
+# freeing an NPC mid-reply completes every reply still owed (no await hangs)
+func test_free_with_queue(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var npc := new_npc(model, 32)
+	var got := [null, null]
+	npc.say("Tell me a long tale.").connect(func(t: String) -> void: got[0] = t)
+	npc.say("And another.").connect(func(t: String) -> void: got[1] = t)
+	await process_frame
+	npc.free()
+	var ok := await wait_until(func() -> bool: return got[0] != null and got[1] != null, 5.0)
+	check(ok and got[0] == "" and got[1] == "", "both replies complete (empty) when freed")
+
+
+# fault 6: errors with messages instead of silent surprises
+func test_errors(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var npc := new_npc(model)
+	await npc.say("Good morning!")
+	npc.max_seq_len = 192
+	var r: String = await npc.say("What do you sell?")
+	var tr := npc.get_session().get_transcript()
+	check(r != "" and tr.size() == 4, "changing max_seq_len keeps the conversation (%d)" % tr.size())
+	check(npc.get_session().get_max_seq_len() == 192, "and the new cap applies")
+	var line: Signal = npc.say("Tell me more.")
+	npc.max_seq_len = 64
+	check(npc.max_seq_len == 192, "max_seq_len cannot change while the NPC replies")
+	await line
+	check(model.create_session(64, {"temprature": 0.5}) == null
+		and "temprature" in model.get_error(), "unknown option refused: " + model.get_error())
+	check(model.create_session(64, {"max_tokens": "lots"}) == null
+		and "wrong type" in model.get_error(), "mistyped option refused: " + model.get_error())
+	check(model.create_session(64, {"max_tokens": 4}) != null and model.get_error() == "",
+		"the model's error is cleared by a success")
+	var s := model.create_session(128, {"temperature": 0.0, "max_tokens": 4})
+	check(s.say("") == ERR_INVALID_PARAMETER and not s.is_busy(), "say(\"\") is an error: "
+		+ s.get_error())
+	check(s.chat([{"role": "user"}]) == ERR_INVALID_PARAMETER, "chat() without content: "
+		+ s.get_error())
+	check(s.chat(["hello"]) == ERR_INVALID_PARAMETER, "chat() with a String item: " + s.get_error())
+	check(s.chat([{"role": "wizard", "content": "hi"}]) == ERR_INVALID_PARAMETER,
+		"chat() with an unknown role: " + s.get_error())
+	check(s.chat([]) == ERR_INVALID_PARAMETER and not s.is_busy(), "chat([]) is an error")
+	check(s.configure({"top_q": 1}) == ERR_INVALID_PARAMETER, "configure() checks keys too")
+	check(s.say("Hi") == OK and s.get_error() == "", "get_error() is cleared by a success")
+	await wait_until(func() -> bool: return not s.is_busy())
+	var failed := [null]
+	npc.failed.connect(func(m: String) -> void: failed[0] = m)
+	var empty: String = await npc.say("")
+	check(empty == "" and failed[0] != null and not npc.is_busy(), "npc.say(\"\") fails: %s"
+		% failed[0])
+	var info := model.info()
+	var ints := 0
+	var floats_integral := 0
+	for k: String in info:
+		if typeof(info[k]) == TYPE_INT:
+			ints += 1
+		elif typeof(info[k]) == TYPE_FLOAT and info[k] == floorf(info[k]) and k != "load_ms":
+			floats_integral += 1
+	check(ints > 3 and typeof(info.get("n_vocab", info.get("vocab_size", 0))) == TYPE_INT,
+		"info() has integers as int (%d ints, %d integral floats)" % [ints, floats_integral])
+	npc.queue_free()
+
+
+# fault 2 and 6: a .gguf is a resource; a broken one says so when it loads
+func test_resource_loader(_model: GeistModel, _bytes: PackedByteArray) -> void:
+	check("gguf" in ResourceLoader.get_recognized_extensions_for_type("GeistModel"),
+		"ResourceLoader knows .gguf")
+	if FileAccess.file_exists("res://model.gguf"):
+		var m = load("res://model.gguf")
+		check(m is GeistModel and m.is_loaded(), "load(\"res://model.gguf\") gives a GeistModel")
+		check(m.resource_path == "res://model.gguf", "with its resource_path")
+	var f := FileAccess.open("res://garbage.gguf", FileAccess.WRITE)
+	f.store_string("this is not a model")
+	f.close()
+	var g := GeistModel.new()
+	g.model_path = "res://garbage.gguf"
+	check(not g.is_loaded() and g.get_error() != "", "a garbage file: " + g.get_error())
+	check(load("res://garbage.gguf") == null, "load() of a garbage .gguf fails")
+	DirAccess.remove_absolute(ProjectSettings.globalize_path("res://garbage.gguf"))
+
+
+# fault 8: a sampler resource shared between NPCs, presets, stop strings
+func test_sampler(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var greedy := GeistSampler.new()
+	check(greedy.apply_preset("greedy") == OK and greedy.temperature == 0.0, "greedy preset")
+	check(greedy.apply_preset("nonsense") != OK, "unknown preset refused")
+	check(greedy.get_presets().size() >= 3, "presets listed")
+	var a := new_npc(model, 16)
+	var b := new_npc(model, 16)
+	a.temperature = 1.5
+	b.temperature = 1.5
+	a.sampler = greedy
+	b.sampler = greedy
+	a.say("What do you sell?")
+	b.say("What do you sell?")
+	var rs: Array = await GeistEngine.all_replied([a, b])
+	check(rs[0] != "" and rs[0] == rs[1], "one shared greedy sampler: the same reply: " + rs[0])
+	var stop := GeistSampler.new()
+	stop.apply_preset("greedy")
+	stop.stop = PackedStringArray([" "])
+	var c := new_npc(model, 16)
+	c.sampler = stop
+	var rc: String = await c.say("What do you sell?")
+	check(rc != "" and not " " in rc and rs[0].begins_with(rc),
+		"a stop string ends the reply: '%s'" % rc)
+	a.queue_free()
+	b.queue_free()
+	c.queue_free()
+
+
+# fault 8: the context policy can be tuned
+func test_context_policy(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var npc := new_npc(model, 16)
+	npc.max_seq_len = 96
+	npc.trim = false
+	npc.persona = "You are Tova, the village elder."
+	var fails := [0]
+	npc.failed.connect(func(_m: String) -> void: fails[0] += 1)
+	for line in ["Tell me about the old well.", "And the river?", "What about the king?",
+			"Goodbye, elder."]:
+		await npc.say(line)
+	check(fails[0] > 0, "trim = false: a conversation over the cap fails (%d)" % fails[0])
+	check(npc.keep_first == -1 and npc.keep_last == 1 and npc.reply_reserve == -1,
+		"keep_first / keep_last / reply_reserve defaults")
+	npc.queue_free()
+
+
+# configuration warnings
+func test_warnings(model: GeistModel, _bytes: PackedByteArray) -> void:
+	var npc := GeistNPC.new()
+	check(npc.get_warnings().size() == 1 and "model" in npc.get_warnings()[0],
+		"no model: " + str(npc.get_warnings()))
+	var broken := GeistModel.new()
+	broken.load_file("/nonexistent/x.gguf")
+	npc.model = broken
+	check(npc.get_warnings().size() == 1 and "does not load" in npc.get_warnings()[0],
+		"a model that fails: " + str(npc.get_warnings()))
+	npc.model = model
+	check(npc.get_warnings().is_empty(), "a loaded model: no warning")
+	npc.max_seq_len = 8
+	check(npc.get_warnings().size() == 1 and "persona" in npc.get_warnings()[0],
+		"a cap below the persona: " + str(npc.get_warnings()))
+	npc.free()

@@ -241,3 +241,23 @@ def test_staged_pass_on_a_ring_after_a_prefix(tmp_path: Path, mode: str,
                 for i, t in enumerate(ids[5:]):
                     b.decode(t)
                     np.testing.assert_array_equal(b.logits(), got[i])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_session_estimate_equals_a_new_session(fixture_model: geist.Model, mode: str) -> None:
+    """geist_session_estimate (what the Godot dock shows) is what geist_session_create holds."""
+    from geist._binding import ffi, lib
+
+    for cap in (1, 31, 100):
+        opts = ffi.new("geist_session_options *")
+        lib.geist_session_options_default(opts)
+        opts.max_seq_len = cap
+        opts.kv_mode = plan.KV_MODES.index(mode)
+        rep = ffi.new("geist_memory_report *")
+        assert lib.geist_session_estimate(fixture_model._ptr, opts, rep) == 0
+        with fixture_model.session(max_seq_len=cap, kv_mode=mode) as s:
+            mem = s.memory()
+        assert (rep.kv_cache, rep.scratch, rep.other) == (mem["kv_cache"], mem["scratch"],
+                                                         mem["other"])
+    opts.max_seq_len = 0
+    assert lib.geist_session_estimate(fixture_model._ptr, opts, rep) != 0
