@@ -546,7 +546,9 @@ typedef enum geist_event_type {
     GEIST_EVENT_FINISHED = 2, /* the request ended; text = the whole reply, always equal to
                                * the concatenation of its TOKEN pieces (text held back because it
                                * could begin a stop string, or an incomplete UTF-8 character, is
-                               * dropped when the reply ends without completing it) */
+                               * dropped when the reply ends without completing it). Only
+                               * when memory runs out can a TOKEN event be dropped; the
+                               * FINISHED text still holds the whole reply then */
     GEIST_EVENT_FAILED = 3    /* the request failed; status + text = the message */
 } geist_event_type;
 
