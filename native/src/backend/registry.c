@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "cpu_x86/backend_x86.h"
+#include "util/platform.h"
 
 const gt_backend *gt_backend_find(const char *name) {
     /* best first: "auto" takes the first available one */
@@ -28,10 +29,10 @@ bool gt_backend_matmul_via_q(const gt_backend *be, const gt_weight *w, const flo
     if (be->act_row_bytes == NULL || n_tok <= 0) return false;
     const size_t rb = be->act_row_bytes(w->type, w->n_in);
     if (rb == 0) return false;
-    void *xq = aligned_alloc(64, rb * (size_t)n_tok);
+    void *xq = gt_aligned_alloc(64, rb * (size_t)n_tok);
     if (xq == NULL) return false;
     be->quantize_acts(w->type, x, n_tok, w->n_in, xq);
     be->matmul_q(w, xq, n_tok, y, ldy, r0, r1);
-    free(xq);
+    gt_aligned_free(xq);
     return true;
 }
