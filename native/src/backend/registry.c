@@ -3,12 +3,13 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu_neon/backend_neon.h"
 #include "cpu_x86/backend_x86.h"
 #include "util/platform.h"
 
 const gt_backend *gt_backend_find(const char *name) {
     /* best first: "auto" takes the first available one */
-    const gt_backend *all[] = {gt_backend_cpu_x86(), gt_backend_cpu_scalar()};
+    const gt_backend *all[] = {gt_backend_cpu_x86(), gt_backend_cpu_neon(), gt_backend_cpu_scalar()};
     if (name == NULL || strcmp(name, "auto") == 0) {
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             if (all[i]->available()) return all[i];
@@ -19,10 +20,13 @@ const gt_backend *gt_backend_find(const char *name) {
     /* forced cpu_x86 variants (tests compare them); findable, not listed */
     if (strcmp(name, "cpu_x86_avx2") == 0) return gt_backend_cpu_x86_avx2();
     if (strcmp(name, "cpu_x86_avx512") == 0) return gt_backend_cpu_x86_avx512();
+    if (strcmp(name, "cpu_neon_plain") == 0) return gt_backend_cpu_neon_plain();
+    if (strcmp(name, "cpu_neon_dotprod") == 0) return gt_backend_cpu_neon_dotprod();
+    if (strcmp(name, "cpu_neon_i8mm") == 0) return gt_backend_cpu_neon_i8mm();
     return NULL;
 }
 
-const char *gt_backend_names(void) { return "cpu_x86,cpu_scalar"; }
+const char *gt_backend_names(void) { return "cpu_x86,cpu_neon,cpu_scalar"; }
 
 bool gt_backend_matmul_via_q(const gt_backend *be, const gt_weight *w, const float *x,
                              int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
