@@ -2173,7 +2173,11 @@ static void deinitialize(void *ud, GDExtensionInitializationLevel level) {
     ENG = NULL;
 }
 
+#if defined(_WIN32)
+__declspec(dllexport) GDExtensionBool
+#else
 __attribute__((visibility("default"))) GDExtensionBool
+#endif
 geist_godot_init(GDExtensionInterfaceGetProcAddress gpa, GDExtensionClassLibraryPtr lib,
                  GDExtensionInitialization *init) {
     if (!gd_api_load(gpa, lib))
