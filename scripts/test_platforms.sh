@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Tests the other platforms' builds of scripts/setup_platforms.sh on this x86-64 Linux machine:
+#   the clang build (warning-free under -Werror, or it would not exist): the C unit tests;
 #   windows-x86_64 under wine64: the C unit tests, and geist_runner on fixtures of every weight
 #     type (both architectures) and on SmolLM2 (8 reference prompts, 32 greedy tokens);
 #   linux-arm64 under qemu-aarch64-static, once with -cpu max (dotprod, i8mm) and once with
@@ -58,6 +59,17 @@ run_suite() { # label runner-prefix... ; runs the C tests and geist_runner throu
 }
 
 fails=0
+if [ -x build/clang-release/tests/test_gguf ]; then # built with -Werror by setup_platforms.sh
+    echo "-- clang: C unit tests" >&2
+    for t in build/clang-release/tests/test_*; do
+        case "$(basename "$t")" in
+            test_model_load) "$t" "$SMOL" >/dev/null ;;
+            *) "$t" >/dev/null ;;
+        esac || { echo "FAIL clang: $t" >&2; fails=$((fails + 1)); }
+    done
+else
+    echo "WARNING: clang build missing: not tested" >&2
+fi
 WINE=/usr/lib/wine/wine64
 if [ -x "$WINE" ] && [ -x build/windows-x86_64-release/tests/test_gguf.exe ]; then
     export WINEPREFIX="$PWD/build/platforms/wine" WINEDEBUG=-all
