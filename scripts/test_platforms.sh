@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tests the other platforms' builds of scripts/setup_platforms.sh on this x86-64 Linux machine:
 #   the clang build (warning-free under -Werror, or it would not exist): the C unit tests;
-#   windows-x86_64 under wine64: the C unit tests, and geist_runner on fixtures of every weight
+#   windows-x86_64 under wine64: the C unit tests (the runtime stress test on SmolLM2, winpthreads),
+#     and geist_runner on fixtures of every weight
 #     type (both architectures) and on SmolLM2 (8 reference prompts, 32 greedy tokens);
 #   linux-arm64 under qemu-aarch64-static, once with -cpu max (dotprod, i8mm) and once with
 #     -cpu cortex-a53 (plain NEON, the fallback): the C unit tests, geist_runner on the same
@@ -37,13 +38,16 @@ expect() { # model prompts tokens -> the expected file's path
 }
 for m in $FIXTURES; do expect "$m" "$OUT/fixture_prompts.txt" 8 >/dev/null; done
 
-run_suite() { # label runner-prefix... ; runs the C tests and geist_runner through the prefix
-    local label=$1 dir=$2 exe=$3 smol_prompts=$4 smol_tokens=$5
-    shift 5
+run_suite() { # label dir exe-suffix smol-prompts smol-tokens stress-tokens prefix...
+    # runs the C tests and geist_runner through the prefix (wine64, qemu); stress-tokens: the
+    # runtime stress test's tokens on SmolLM2 (0: without a model, it skips)
+    local label=$1 dir=$2 exe=$3 smol_prompts=$4 smol_tokens=$5 stress=$6
+    shift 6
     echo "-- $label: C unit tests" >&2
     for t in "$dir"/tests/test_*"$exe"; do
         case "$(basename "$t")" in
             test_model_load*) "$@" "$t" "$SMOL" >/dev/null ;;
+            test_runtime_stress*) if [ "$stress" -gt 0 ]; then "$@" "$t" "$SMOL" "$stress" >/dev/null; fi ;;
             *) "$@" "$t" >/dev/null ;;
         esac || { echo "FAIL $label: $t" >&2; "$@" "$t" | tail -n 20 >&2; return 1; }
     done
@@ -75,7 +79,7 @@ if [ -x "$WINE" ] && [ -x build/windows-x86_64-release/tests/test_gguf.exe ]; th
     export WINEPREFIX="$PWD/build/platforms/wine" WINEDEBUG=-all
     mkdir -p "$WINEPREFIX"
     "$WINE" wineboot -i >/dev/null 2>&1 || true
-    run_suite "windows-x86_64 (wine64)" build/windows-x86_64-release .exe "$PROMPTS" 32 "$WINE" ||
+    run_suite "windows-x86_64 (wine64)" build/windows-x86_64-release .exe "$PROMPTS" 32 300 "$WINE" ||
         fails=$((fails + 1))
     "$WINE" wineserver -k >/dev/null 2>&1 || true
 else
@@ -83,7 +87,7 @@ else
 fi
 if command -v qemu-aarch64-static >/dev/null && [ -x build/linux-arm64-release/tests/test_gguf ]; then
     for cpu in max cortex-a53; do
-        run_suite "linux-arm64 (qemu -cpu $cpu)" build/linux-arm64-release "" "$OUT/prompts2.txt" 16 \
+        run_suite "linux-arm64 (qemu -cpu $cpu)" build/linux-arm64-release "" "$OUT/prompts2.txt" 16 0 \
             qemu-aarch64-static -cpu "$cpu" || fails=$((fails + 1))
     done
 else
