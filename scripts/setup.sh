@@ -77,4 +77,8 @@ if GODOT=$(scripts/setup_godot.sh | tail -n1) && [ -x "$GODOT" ]; then
 else
     echo "[setup] WARNING: Godot 4 could not be installed; the Godot addon was not built" >&2
 fi
+# The other platforms (clang, windows-x86_64, linux-arm64): toolchains from Debian, every binary
+# this machine can build, the Godot addon's included (scripts/setup_platforms.sh).
+echo "[setup] other platforms: clang, windows-x86_64, linux-arm64 (scripts/setup_platforms.sh)" >&2
+scripts/setup_platforms.sh
 echo "[setup] done" >&2

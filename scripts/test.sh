@@ -35,5 +35,9 @@ SCONS_JOBS=2 scripts/fuzz.sh -t 30
 echo "== Python tests against the ASan+UBSan build (quick subset)" >&2
 scripts/pytest_asan.sh -q -m "not slow" -p no:cacheprovider
 
+echo "== other platforms: clang build, windows-x86_64 (wine64), linux-arm64 (qemu), wheels" >&2
+scripts/test_platforms.sh
+scripts/test_wheels.sh
+
 echo "== Python tests (release build, all)" >&2
 $PY -m pytest -q -rs "$@"

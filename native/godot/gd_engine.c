@@ -584,7 +584,11 @@ static void deinitialize(void *ud, GDExtensionInitializationLevel level) {
     bind_free_all();
 }
 
+#if defined(_WIN32)
+__declspec(dllexport) GDExtensionBool
+#else
 __attribute__((visibility("default"))) GDExtensionBool
+#endif
 geist_godot_init(GDExtensionInterfaceGetProcAddress gpa, GDExtensionClassLibraryPtr lib,
                  GDExtensionInitialization *init) {
     if (!gd_api_load(gpa, lib))

@@ -31,6 +31,12 @@ typedef struct shared {
     uint64_t req_session[MAX_REQ];
 } shared;
 
+/* a small LCG (rand_r is POSIX only): the same sequence on every platform */
+static int next_rand(unsigned *seed) {
+    *seed = *seed * 1103515245u + 12345u;
+    return (int)((*seed >> 16) & 0x7fff);
+}
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -61,7 +67,7 @@ static void *submitter(void *arg) {
     const char *stops[] = {"xyz", "q"};
     while (atomic_load(&sh->tokens) < sh->target_tokens) {
         /* each thread owns sessions idx, idx + 4, ... */
-        const int si = ta->idx + N_THREADS * (rand_r(&seed) % (N_SESSIONS / N_THREADS));
+        const int si = ta->idx + N_THREADS * (next_rand(&seed) % (N_SESSIONS / N_THREADS));
         if (atomic_load(&sh->busy[si]) != 0) {
             struct timespec ts = {0, 200000};
             nanosleep(&ts, NULL);
@@ -72,24 +78,24 @@ static void *submitter(void *arg) {
         geist_request r;
         geist_request_default(&r);
         int32_t ids[6];
-        const int kind = rand_r(&seed) % 3;
+        const int kind = next_rand(&seed) % 3;
         geist_chat_message msgs[1] = {{"user", "hi"}};
         if (kind == 0) {
-            r.text = texts[rand_r(&seed) % 4];
+            r.text = texts[next_rand(&seed) % 4];
         } else if (kind == 1) {
-            for (int i = 0; i < 6; i++) ids[i] = 1 + rand_r(&seed) % 200;
+            for (int i = 0; i < 6; i++) ids[i] = 1 + next_rand(&seed) % 200;
             r.ids = ids;
-            r.n_ids = 1 + (size_t)(rand_r(&seed) % 6);
+            r.n_ids = 1 + (size_t)(next_rand(&seed) % 6);
         } else {
             r.messages = msgs;
             r.n_messages = 1;
         }
-        r.max_tokens = 1 + rand_r(&seed) % 12;
-        r.sampler.temperature = (rand_r(&seed) % 2) ? 0.0f : 0.9f;
-        r.sampler.seed = (uint64_t)rand_r(&seed);
-        r.priority = rand_r(&seed) % 3;
+        r.max_tokens = 1 + next_rand(&seed) % 12;
+        r.sampler.temperature = (next_rand(&seed) % 2) ? 0.0f : 0.9f;
+        r.sampler.seed = (uint64_t)next_rand(&seed);
+        r.priority = next_rand(&seed) % 3;
         r.stop = stops;
-        r.n_stop = (size_t)(rand_r(&seed) % 3);
+        r.n_stop = (size_t)(next_rand(&seed) % 3);
         uint64_t id = 0;
         atomic_fetch_add(&sh->busy[si], 1);
         geist_status st = geist_submit(sh->engine, s, &r, &id);
@@ -114,8 +120,8 @@ static void *submitter(void *arg) {
             sh->req_session[id2] = (uint64_t)si;
             atomic_fetch_add(&sh->submitted, 1);
         }
-        if (rand_r(&seed) % 4 == 0) {
-            struct timespec ts = {0, (long)(rand_r(&seed) % 3000) * 1000L};
+        if (next_rand(&seed) % 4 == 0) {
+            struct timespec ts = {0, (long)(next_rand(&seed) % 3000) * 1000L};
             nanosleep(&ts, NULL);
             geist_cancel(sh->engine, id); /* may have ended: INVALID_ARGUMENT is fine */
         }

@@ -102,8 +102,15 @@ static void test_cpu_features(void) {
         CHECK(!gt_cpu_has(f[i].bit) == !f[i].has, "%s: util/cpu %d, compiler %d", f[i].name,
               gt_cpu_has(f[i].bit), f[i].has);
     printf("cpu features: 0x%x\n", gt_cpu_features());
-#elif !defined(__x86_64__) && !defined(__i386__)
-    CHECK(gt_cpu_features() == 0, "features 0x%x off x86", gt_cpu_features());
+#elif defined(__aarch64__)
+    /* aarch64: NEON always; dotprod and i8mm as the CPU says (test_backend_neon tests them) */
+    CHECK(gt_cpu_has(GT_CPU_NEON), "features 0x%x: no NEON on aarch64", gt_cpu_features());
+    CHECK((gt_cpu_features() & 0xFFu) == 0, "features 0x%x: x86 bits on aarch64", gt_cpu_features());
+    CHECK(!gt_cpu_has(GT_CPU_I8MM) || gt_cpu_has(GT_CPU_DOTPROD), "features 0x%x: i8mm alone",
+          gt_cpu_features());
+    printf("cpu features: 0x%x\n", gt_cpu_features());
+#else
+    CHECK(gt_cpu_features() == 0, "features 0x%x off x86 and aarch64", gt_cpu_features());
 #endif
 }
 

@@ -7,6 +7,7 @@ the repository's `build/release/` folder.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from pathlib import Path
@@ -49,10 +50,14 @@ def _cdef_from_header(text: str) -> str:
     return re.sub(r"__attribute__\s*\(\(.*?\)\)", "", "\n".join(out))
 
 
+# the library's file name on this system (a platform wheel holds that platform's build)
+_LIB_NAME = "geist.dll" if os.name == "nt" else "libgeist.so"
+
+
 def _candidates() -> list[Path]:
     return [
-        _HERE / "_native" / "libgeist.so",
-        _REPO / "build" / "release" / "libgeist.so",
+        _HERE / "_native" / _LIB_NAME,
+        _REPO / "build" / "release" / _LIB_NAME,
     ]
 
 

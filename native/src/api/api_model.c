@@ -1,19 +1,15 @@
 /* The engine and model calls of geist.h: loading (memory or file), info, accounting, errors. */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "../model/model.h"
 #include "../util/pool.h"
 #include "../runtime/runtime.h"
 #include "../tokenizer/tokenizer.h"
 #include "../util/ggml_types.h"
+#include "../util/platform.h"
 
 #define GEIST_VERSION_STRING "0.1.0"
 
@@ -100,8 +96,8 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
         e->device_name[sizeof e->device_name - 1] = '\0';
     }
     if (o.n_threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        o.n_threads = n > 1 ? (int32_t)(n - 1) : 1;
+        const int32_t n = gt_cpu_count();
+        o.n_threads = n > 1 ? n - 1 : 1;
     }
     e->n_threads = o.n_threads;
     e->pool = gt_pool_create(e->n_threads);
@@ -207,29 +203,14 @@ geist_status geist_model_load_file(geist_engine *engine, const char *path,
                                    const geist_load_options *opts, geist_model **out) {
     if (!engine || !out || !path)
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "engine, path and out must not be NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return gt_thread_fail(GEIST_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    struct stat stbuf;
-    if (fstat(fd, &stbuf) != 0 || !S_ISREG(stbuf.st_mode)) {
-        close(fd);
-        return gt_thread_fail(GEIST_ERR_IO, "'%s' is not a regular file", path);
-    }
-    size_t size = (size_t)stbuf.st_size;
-    if (size == 0) {
-        close(fd);
-        return gt_thread_fail(GEIST_ERR_BAD_FORMAT, "'%s' is empty, not a GGUF file", path);
-    }
-    /* pre-faulted: every weight page is read by the first forward pass anyway, and a game
-     * would rather pay that while loading than as a stall in the first NPC reply */
-    int flags = MAP_PRIVATE;
-#ifdef MAP_POPULATE
-    flags |= MAP_POPULATE;
-#endif
-    void *map = mmap(NULL, size, PROT_READ, flags, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return gt_thread_fail(GEIST_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+    void *map = NULL;
+    size_t size = 0;
+    char why[GT_ERR_CAP];
+    const gt_map_result mr = gt_map_file(path, &map, &size, why, sizeof why);
+    if (mr != GT_MAP_OK)
+        return gt_thread_fail(mr == GT_MAP_EMPTY ? GEIST_ERR_BAD_FORMAT : GEIST_ERR_IO, "%s", why);
     geist_status st = load_span(engine, map, size, map, opts, out);
-    if (st) munmap(map, size);
+    if (st) gt_unmap_file(map, size);
     return st;
 }
 
@@ -270,7 +251,7 @@ typedef struct sbuf {
     size_t cap, len;
 } sbuf;
 
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) GT_PRINTF(2, 3);
 static void sb_printf(sbuf *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -11,7 +11,7 @@
 #include "../tokenizer/tokenizer.h"
 
 static geist_status text_fail(const geist_model *m, geist_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+    GT_PRINTF(3, 4);
 
 static geist_status text_fail(const geist_model *m, geist_status st, const char *fmt, ...) {
     gt_err err;

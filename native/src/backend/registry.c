@@ -3,11 +3,13 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu_neon/backend_neon.h"
 #include "cpu_x86/backend_x86.h"
+#include "util/platform.h"
 
 const gt_backend *gt_backend_find(const char *name) {
     /* best first: "auto" takes the first available one */
-    const gt_backend *all[] = {gt_backend_cpu_x86(), gt_backend_cpu_scalar()};
+    const gt_backend *all[] = {gt_backend_cpu_x86(), gt_backend_cpu_neon(), gt_backend_cpu_scalar()};
     if (name == NULL || strcmp(name, "auto") == 0) {
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             if (all[i]->available()) return all[i];
@@ -22,14 +24,17 @@ const gt_backend *gt_backend_find(const char *name) {
     /* forced cpu_x86 variants (tests compare them); findable, not listed */
     if (strcmp(name, "cpu_x86_avx2") == 0) return gt_backend_cpu_x86_avx2();
     if (strcmp(name, "cpu_x86_avx512") == 0) return gt_backend_cpu_x86_avx512();
+    if (strcmp(name, "cpu_neon_plain") == 0) return gt_backend_cpu_neon_plain();
+    if (strcmp(name, "cpu_neon_dotprod") == 0) return gt_backend_cpu_neon_dotprod();
+    if (strcmp(name, "cpu_neon_i8mm") == 0) return gt_backend_cpu_neon_i8mm();
     return NULL;
 }
 
 const char *gt_backend_names(void) {
 #ifdef GEIST_HAVE_VULKAN
-    return "cpu_x86,cpu_scalar,vulkan";
+    return "cpu_x86,cpu_neon,cpu_scalar,vulkan";
 #else
-    return "cpu_x86,cpu_scalar";
+    return "cpu_x86,cpu_neon,cpu_scalar";
 #endif
 }
 
@@ -42,10 +47,10 @@ bool gt_backend_matmul_via_q(const gt_backend *be, const gt_weight *w, const flo
     if (be->act_row_bytes == NULL || n_tok <= 0) return false;
     const size_t rb = be->act_row_bytes(w->type, w->n_in);
     if (rb == 0) return false;
-    void *xq = aligned_alloc(64, rb * (size_t)n_tok);
+    void *xq = gt_aligned_alloc(64, rb * (size_t)n_tok);
     if (xq == NULL) return false;
     be->quantize_acts(w->type, x, n_tok, w->n_in, xq);
     be->matmul_q(w, xq, n_tok, y, ldy, r0, r1);
-    free(xq);
+    gt_aligned_free(xq);
     return true;
 }

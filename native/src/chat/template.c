@@ -129,7 +129,7 @@ typedef struct tp_parser {
     int depth;
 } tp_parser;
 
-static bool fail(tp_parser *P, size_t pos, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool fail(tp_parser *P, size_t pos, const char *fmt, ...) GT_PRINTF(3, 4);
 static bool fail(tp_parser *P, size_t pos, const char *fmt, ...) {
     if (P->status != GEIST_OK) return false;
     char msg[400];

@@ -31,7 +31,7 @@ typedef struct ev {
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
-static bool rt(ev *E, const tp_node *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool rt(ev *E, const tp_node *at, const char *fmt, ...) GT_PRINTF(3, 4);
 static bool rt(ev *E, const tp_node *at, const char *fmt, ...) {
     if (E->status != GEIST_OK) return false;
     char msg[400];

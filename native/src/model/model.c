@@ -1,10 +1,10 @@
 /* The model object: loading body, lifetime (reference counts) and error slot (model.h). */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "model.h"
 #include "../util/hash.h"
+#include "../util/platform.h"
 #include "../util/pool.h"
 
 const gguf_file *gt_model_gguf(const geist_model *m) { return &m->gguf; }
@@ -32,7 +32,7 @@ static void model_destroy(geist_model *m) {
     if (m->tokenizer_free) m->tokenizer_free(m->tokenizer);
     gt_arch_free(m);
     gt_gguf_free(&m->gguf);
-    if (m->map) munmap(m->map, m->map_size);
+    if (m->map) gt_unmap_file(m->map, m->map_size);
     pthread_mutex_destroy(&m->err_lock);
     geist_engine *e = m->engine;
     free(m);

@@ -12,6 +12,7 @@
 #include "../backend/act_quant.h"
 #include "kv.h"
 #include "session.h"
+#include "../util/platform.h"
 #include "../util/pool.h"
 #include "../util/util.h"
 #include "../util/vmath.h"
@@ -151,7 +152,7 @@ static void pool_matmuls(gt_pool *pool, const gt_backend *be, int32_t n_parts,
                     buf = small + small_used;
                     small_used += (need + 63) & ~(size_t)63;
                 } else {
-                    buf = heap[k] = aligned_alloc(64, (need + 63) & ~(size_t)63);
+                    buf = heap[k] = gt_aligned_alloc(64, (need + 63) & ~(size_t)63);
                 }
                 if (buf != NULL) {
                     qj.b[qj.n_bufs].type = w[k]->type;
@@ -168,7 +169,7 @@ static void pool_matmuls(gt_pool *pool, const gt_backend *be, int32_t n_parts,
     if (qj.n_bufs > 0 || pre != NULL)
         gt_pool_run(n < POOL_MIN_ROWS ? NULL : pool, n, 0, quant_task, &qj, tmp);
     gt_pool_run(pool, tasks, float_scratch, mm_task, &j, tmp);
-    for (int32_t k = 0; k < n_parts; k++) free(heap[k]);
+    for (int32_t k = 0; k < n_parts; k++) gt_aligned_free(heap[k]);
 }
 
 static void pool_matmul(gt_pool *pool, const gt_backend *be, const gt_weight *w, const float *x,

@@ -59,6 +59,60 @@ uint32_t gt_cpu_features(void) {
     return f & ~PROBED;
 }
 
+#elif defined(__aarch64__)
+
+#define PROBED (1u << 31)
+
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
+
+static int sysctl_flag(const char *name) {
+    int v = 0;
+    size_t len = sizeof v;
+    return sysctlbyname(name, &v, &len, NULL, 0) == 0 && v != 0;
+}
+
+static uint32_t probe(void) {
+    uint32_t f = GT_CPU_NEON; /* every Apple arm64 CPU */
+    if (sysctl_flag("hw.optional.arm.FEAT_DotProd")) f |= GT_CPU_DOTPROD;
+    if (sysctl_flag("hw.optional.arm.FEAT_I8MM")) f |= GT_CPU_I8MM;
+    return f;
+}
+
+#elif defined(__linux__) /* Linux and Android */
+#include <sys/auxv.h>
+
+/* the kernel's hwcap bits (arch/arm64/include/uapi/asm/hwcap.h) */
+#define HWCAP_ASIMD_BIT (1ul << 1)
+#define HWCAP_ASIMDDP_BIT (1ul << 20)
+#define HWCAP2_I8MM_BIT (1ul << 13)
+
+static uint32_t probe(void) {
+    const unsigned long h = getauxval(AT_HWCAP), h2 = getauxval(AT_HWCAP2);
+    uint32_t f = 0;
+    if (h & HWCAP_ASIMD_BIT) f |= GT_CPU_NEON;
+    if ((f & GT_CPU_NEON) && (h & HWCAP_ASIMDDP_BIT)) f |= GT_CPU_DOTPROD;
+    if ((f & GT_CPU_DOTPROD) && (h2 & HWCAP2_I8MM_BIT)) f |= GT_CPU_I8MM;
+    return f;
+}
+
+#else /* other systems: the architecture's baseline */
+
+static uint32_t probe(void) { return GT_CPU_NEON; }
+
+#endif
+
+static _Atomic uint32_t g_features;
+
+uint32_t gt_cpu_features(void) {
+    uint32_t f = atomic_load_explicit(&g_features, memory_order_relaxed);
+    if (!(f & PROBED)) {
+        f = PROBED | probe();
+        atomic_store_explicit(&g_features, f, memory_order_relaxed);
+    }
+    return f & ~PROBED;
+}
+
 #else
 
 uint32_t gt_cpu_features(void) { return 0; }

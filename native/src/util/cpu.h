@@ -1,5 +1,6 @@
-/* The running CPU's SIMD features, probed once (CPUID, and XGETBV for the operating system's
- * saving of the AVX and AVX-512 registers); every feature test in the library goes through here.
+/* The running CPU's SIMD features, probed once (x86-64: CPUID, and XGETBV for the operating
+ * system's saving of the AVX and AVX-512 registers; aarch64: getauxval(AT_HWCAP, AT_HWCAP2) on
+ * Linux and Android, sysctlbyname on macOS); every feature test in the library goes through here.
  * Thread-safe: the first callers may probe concurrently, all store the same value (an atomic).
  *
  * gt_simd is the widest SIMD a caller permits: a backend's `simd` (backend/backend.h) tells the
@@ -18,10 +19,13 @@ enum {
     GT_CPU_AVX512BW = 1u << 4,
     GT_CPU_AVX512VL = 1u << 5,
     GT_CPU_AVX512VNNI = 1u << 6,
+    GT_CPU_NEON = 1u << 8,     /* aarch64 Advanced SIMD */
+    GT_CPU_DOTPROD = 1u << 9,  /* Armv8.2 SDOT/UDOT (vdotq_s32) */
+    GT_CPU_I8MM = 1u << 10,    /* Armv8.6 int8 matrix multiply (vmmlaq_s32) */
 };
 
 /* A bitmask of GT_CPU_*: only what both the CPU and the operating system support. 0 on CPUs
- * other than x86-64. */
+ * other than x86-64 and aarch64. */
 uint32_t gt_cpu_features(void);
 
 /* true when the CPU has every feature of mask */

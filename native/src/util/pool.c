@@ -9,6 +9,7 @@
  * none left). A generation counter tells sleeping
  * workers a new job is there. */
 #include "pool.h"
+#include "platform.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -130,7 +131,7 @@ static void stop_workers(gt_pool *p, int32_t started) {
 }
 
 gt_pool *gt_pool_create(int32_t n_threads) {
-    gt_pool *p = aligned_alloc(_Alignof(gt_pool), sizeof *p); /* cache-line aligned counters */
+    gt_pool *p = gt_aligned_alloc(_Alignof(gt_pool), sizeof *p); /* cache-line aligned counters */
     if (!p) return NULL;
     memset(p, 0, sizeof *p);
     p->n_workers = n_threads > 1 ? n_threads - 1 : 0;
@@ -172,7 +173,7 @@ void gt_pool_free(gt_pool *p) {
     pthread_cond_destroy(&p->done_cv);
     pthread_mutex_destroy(&p->lock);
     pthread_mutex_destroy(&p->run_lock);
-    free(p);
+    gt_aligned_free(p);
 }
 
 int32_t gt_pool_threads(const gt_pool *p) { return p ? p->n_workers + 1 : 1; }

@@ -8,6 +8,14 @@
 
 #include "geist.h"
 
+/* printf-style format checking: mingw-w64 builds use its C99 printf (__USE_MINGW_ANSI_STDIO,
+ * SConstruct), whose formats are GNU's (%zu, %lld), not the Microsoft CRT's. */
+#if defined(__MINGW32__) && !defined(__clang__)
+#define GT_PRINTF(fmt, args) __attribute__((format(gnu_printf, fmt, args)))
+#else
+#define GT_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#endif
+
 /* Overflow-checked arithmetic: return false on overflow (result unspecified then). */
 static inline bool gt_add_u64(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_add_overflow(a, b, r); }
 static inline bool gt_mul_u64(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_mul_overflow(a, b, r); }
@@ -27,12 +35,12 @@ typedef struct gt_err {
 
 /* Records status + printf-style message into err (if err != NULL) and returns status. */
 geist_status gt_fail(gt_err *err, geist_status status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+    GT_PRINTF(3, 4);
 
 /* Formats a message as this thread's last error and returns status (for calls that have no
  * handle to record the error on). */
 geist_status gt_thread_fail(geist_status status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+    GT_PRINTF(2, 3);
 
 /* Copies msg into buf (NUL-terminated, truncated to cap); returns strlen(msg). The shape of
  * every geist_*_error() call. */

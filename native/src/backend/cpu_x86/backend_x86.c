@@ -394,10 +394,13 @@ static void scalar_row(const gt_weight *w, int64_t r, float *dst) {
     gt_scalar_dequantize_row(w->type, w->data + (size_t)r * w->row_bytes, dst, w->n_in);
 }
 
-static const gt_backend k_auto = {"cpu_x86", never, scalar_mm, scalar_row, gt_scalar_vec_dot};
-static const gt_backend k_avx2 = {"cpu_x86_avx2", never, scalar_mm, scalar_row, gt_scalar_vec_dot};
-static const gt_backend k_avx512 = {"cpu_x86_avx512", never, scalar_mm, scalar_row,
-                                    gt_scalar_vec_dot};
+static const gt_backend k_auto = {.name = "cpu_x86", .available = never, .matmul = scalar_mm,
+                                  .get_row = scalar_row, .vec_dot = gt_scalar_vec_dot};
+static const gt_backend k_avx2 = {.name = "cpu_x86_avx2", .available = never, .matmul = scalar_mm,
+                                  .get_row = scalar_row, .vec_dot = gt_scalar_vec_dot};
+static const gt_backend k_avx512 = {.name = "cpu_x86_avx512", .available = never,
+                                    .matmul = scalar_mm, .get_row = scalar_row,
+                                    .vec_dot = gt_scalar_vec_dot};
 
 #endif
 
