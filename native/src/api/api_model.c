@@ -151,13 +151,9 @@ void geist_load_options_default(geist_load_options *o) {
 /* The device holds its own copy of a mapped file's tensors: the host's pages of them go (the
  * mapping stays for the metadata, which is read in place). */
 static void drop_tensor_pages(geist_model *m) {
-    const long pg = sysconf(_SC_PAGESIZE);
-    if (pg <= 0 || !m->map) return;
-    const uintptr_t base = (uintptr_t)m->map;
-    uintptr_t lo = base + (uintptr_t)m->gguf.data_offset;
-    lo = (lo + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg;
-    const uintptr_t hi = (base + m->map_size) / (uintptr_t)pg * (uintptr_t)pg;
-    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    if (!m->map || m->gguf.data_offset >= m->map_size) return;
+    gt_release_mapped_pages((uint8_t *)m->map + m->gguf.data_offset,
+                            m->map_size - (size_t)m->gguf.data_offset);
 }
 
 static geist_status load_span(geist_engine *engine, const void *data, size_t size, void *map,

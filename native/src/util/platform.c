@@ -66,6 +66,11 @@ void gt_unmap_file(void *map, size_t size) {
     if (map) UnmapViewOfFile(map);
 }
 
+void gt_release_mapped_pages(void *p, size_t n) {
+    (void)p; /* Windows trims a read-only view's clean pages under memory pressure by itself */
+    (void)n;
+}
+
 #else /* POSIX */
 
 #include <errno.h>
@@ -126,6 +131,15 @@ gt_map_result gt_map_file(const char *path, void **map, size_t *size, char *why,
 
 void gt_unmap_file(void *map, size_t size) {
     if (map) munmap(map, size);
+}
+
+void gt_release_mapped_pages(void *p, size_t n) {
+    const long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || !p) return;
+    uintptr_t lo = (uintptr_t)p, hi = (uintptr_t)p + n;
+    lo = (lo + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg;
+    hi = hi / (uintptr_t)pg * (uintptr_t)pg;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 #endif

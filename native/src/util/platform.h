@@ -26,4 +26,9 @@ typedef enum gt_map_result { GT_MAP_OK = 0, GT_MAP_IO = 1, GT_MAP_EMPTY = 2 } gt
 gt_map_result gt_map_file(const char *path, void **map, size_t *size, char *why, size_t cap);
 void gt_unmap_file(void *map, size_t size);
 
+/* Gives back the resident pages wholly inside [p, p + n) of a read-only file mapping (they are
+ * read again from the file if touched): a device that copied the tensors drops the host's pages
+ * of them. Best effort; a no-op where the OS has no such call. */
+void gt_release_mapped_pages(void *p, size_t n);
+
 #endif
