@@ -7,7 +7,9 @@
  * Products: matvec.comp, one workgroup per output row, up to 8 tokens per pass over the row.
  * Quantized weights (Q8_0, Q4_0, Q4_1) take 8-bit activations made on the device as cpu_scalar
  * makes them (quant.comp; act_quant.h), dotted in exact integer block sums; F32/F16 weights take
- * float activations. KV: F32 or F16 per session, max_seq_len rows per layer, in session/kv.c's
+ * float activations. The norms, rotary, attention and SiLU follow the CPU's plain arithmetic
+ * (shaders' comments), so quantized models mostly agree with cpu_scalar bit for bit.
+ * KV: F32 or F16 per session, max_seq_len rows per layer, in session/kv.c's
  * row format (kv_read/kv_write move host images). */
 #include <math.h>
 #include <stdio.h>

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // Causal attention of one session's rows [row0, row0 + n) over its cache: one workgroup per
 // (row, query head): scores over positions 0..pos into S (scratch), softmax (scaled; max; exp;
 // sum), then the weighted sum of V rows. GQA: query head h reads KV head h / (n_head / n_head_kv).
@@ -13,10 +14,15 @@ layout(push_constant) uniform P {
     float scale;
 } p;
 shared float red[64];
+#include "vexp.glsl"
 float kv_at(uint word0, uint i) {
     if (p.f16 != 0u) return unpackHalf2x16(KV[word0 + (i >> 1)])[i & 1u];
     return uintBitsToFloat(KV[word0 + i]);
 }
+// session/kv.c's arithmetic on the plain path: q.k in 8 lanes reduced as reduce8, then the tail;
+// F16 caches: softmax_f16_plain (e^x by gt_vexp1, the sum in 8 lanes by position); F32: e^x by
+// exp and the same lanes (kv.c sums in double there: rounding apart); out += w * v in position
+// order; no fused multiply-adds anywhere.
 void main() {
     uint t = p.row0 + gl_WorkGroupID.x / p.n_head, h = gl_WorkGroupID.x % p.n_head;
     uint lid = gl_LocalInvocationID.x;
@@ -27,13 +33,27 @@ void main() {
     uint qb = (t * p.n_head + h) * p.hk;
     uint sb = gl_WorkGroupID.x * p.s_stride;
     float mx = -1.0 / 0.0;
+    uint n8 = p.hk / 8u * 8u;
     for (uint j = lid; j < n_ctx; j += 64u) {
-        uint kb = j * kd + g * p.hk;
-        float s = 0.0;
-        for (uint i = 0u; i < p.hk; i++) s += Q[qb + i] * kv_at(p.k_at, kb + i);
-        s *= p.scale;
-        S[sb + j] = s;
-        mx = max(mx, s);
+        uint kb = p.k_at;
+        uint ro = j * kd + g * p.hk;
+        float l[8];
+        for (uint k = 0u; k < 8u; k++) l[k] = 0.0;
+        for (uint i = 0u; i < n8; i += 8u)
+            for (uint k = 0u; k < 8u; k++) {
+                precise float pr = Q[qb + i + k] * kv_at(kb, ro + i + k);
+                precise float sm = l[k] + pr;
+                l[k] = sm;
+            }
+        precise float t0 = l[0] + l[4], t1 = l[1] + l[5], t2 = l[2] + l[6], t3 = l[3] + l[7];
+        precise float s = (t0 + t2) + (t1 + t3);
+        for (uint i = n8; i < p.hk; i++) {
+            precise float pr = Q[qb + i] * kv_at(kb, ro + i);
+            s = s + pr;
+        }
+        precise float sc = s * p.scale;
+        S[sb + j] = sc;
+        mx = max(mx, sc);
     }
     red[lid] = mx;
     barrier();
@@ -42,25 +62,29 @@ void main() {
         barrier();
     }
     mx = red[0];
-    barrier();
-    float sum = 0.0;
-    for (uint j = lid; j < n_ctx; j += 64u) {
-        float e = exp(S[sb + j] - mx);
-        S[sb + j] = e;
-        sum += e;
-    }
-    red[lid] = sum;
-    barrier();
-    for (uint k = 32u; k > 0u; k >>= 1) {
-        if (lid < k) red[lid] += red[lid + k];
-        barrier();
-    }
-    float inv = 1.0 / red[0];
     memoryBarrierBuffer();
     barrier();
+    if (lid < 8u) { // lane lid: positions lid, lid + 8, ... in order
+        precise float sum = 0.0;
+        for (uint j = lid; j < n_ctx; j += 8u) {
+            precise float x = S[sb + j] - mx;
+            float e = p.f16 != 0u ? vexp1(x) : exp(x);
+            S[sb + j] = e;
+            sum = sum + e;
+        }
+        red[lid] = sum;
+    }
+    memoryBarrierBuffer();
+    barrier();
+    precise float tot = ((red[0] + red[1]) + (red[2] + red[3])) + ((red[4] + red[5]) + (red[6] + red[7]));
+    precise float inv = 1.0 / tot;
     for (uint i = lid; i < p.hv; i += 64u) {
-        float o = 0.0;
-        for (uint j = 0u; j < n_ctx; j++) o += (S[sb + j] * inv) * kv_at(p.v_at, j * vd + g * p.hv + i);
+        precise float o = 0.0;
+        for (uint j = 0u; j < n_ctx; j++) {
+            precise float w = S[sb + j] * inv;
+            precise float pr = w * kv_at(p.v_at, j * vd + g * p.hv + i);
+            o = o + pr;
+        }
         O[(t * p.n_head + h) * p.hv + i] = o;
     }
 }
