@@ -90,7 +90,7 @@ PROMPT = [int(v) for v in np.random.default_rng(3).integers(1, 300, 8)]
 def test_fixture_matches_cpu_scalar(weight_type: str, kv_mode: str) -> None:
     path = testing.fixture_path("llama", weight_type)
     ref_ids, ref = _teacher_forced(path, "cpu_scalar", PROMPT, None, 32, kv_mode)
-    ids, got = _teacher_forced(path, "vulkan", PROMPT, ref_ids, 32, kv_mode)
+    _, got = _teacher_forced(path, "vulkan", PROMPT, ref_ids, 32, kv_mode)
     # the device's own greedy choice at every position, fed the reference's ids
     assert [int(np.argmax(r)) for r in got[len(PROMPT) - 1:-1]] == ref_ids
     worst = max(_rel(a, b) for a, b in zip(ref, got, strict=True))
@@ -209,7 +209,7 @@ def test_smollm2_greedy_matches_cpu_scalar() -> None:
     for p in ref["prompts"][:3]:
         prompt = [int(v) for v in p["prompt_ids"]]
         ref_ids, ref_lg = _teacher_forced(path, "cpu_scalar", prompt, None, 16, "f16")
-        ids, lg = _teacher_forced(path, "vulkan", prompt, ref_ids, 16, "f16")
+        _, lg = _teacher_forced(path, "vulkan", prompt, ref_ids, 16, "f16")
         assert [int(np.argmax(r)) for r in lg[len(prompt) - 1:-1]] == ref_ids
         worst = max(_rel(a, b) for a, b in zip(ref_lg, lg, strict=True))
         print(f"smollm2 {p['text'][:20]!r}: worst relative logit error {worst:.3g}")
