@@ -1,6 +1,6 @@
 """The vulkan backend on lavapipe (Mesa's CPU Vulkan driver): device choice, weight import and
 upload with the memory report, and clean errors (no loader, no device, a device-memory cap below
-the model, a refused import, sessions this build cannot run).
+the model, a refused import, sessions the device cannot run).
 
 The ICD is pinned through the Vulkan *loader's* own variables (VK_ICD_FILENAMES /
 VK_DRIVER_FILES: the loader's configuration, not geist's; geist reads no environment). Without
@@ -135,10 +135,11 @@ def test_device_memory_cap_below_the_model() -> None:
     eng.close()
 
 
-def test_sessions_are_refused_with_a_clear_error() -> None:
+def test_sessions_the_device_cannot_run_are_refused_with_a_clear_error() -> None:
+    # the device forward pass runs llama (test_vulkan_forward.py); gemma3 is refused by name
     eng = geist.Engine(backend="vulkan")
-    model = geist.Model.load(_fixture(), engine=eng)
-    with pytest.raises(GeistError, match="no device forward pass"):
+    model = geist.Model.load(_fixture(arch="gemma3"), engine=eng)
+    with pytest.raises(GeistError, match="runs the llama architecture only"):
         model.session(max_seq_len=32)
     model.close()
     eng.close()

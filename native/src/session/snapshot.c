@@ -123,6 +123,20 @@ static void fill_header(const geist_session *s, snap_header *h, uint64_t total) 
     h->seed = s->seed;
 }
 
+/* A device session's KV lives on the device (backend.h): its host layers, in the same row
+ * format, serve as the image buffer; these move its own rows [0, n_own) between the two. */
+static geist_status dev_sync(geist_session *s, int32_t n_own, bool to_device, gt_err *err) {
+    if (!s->dev_kv) return GEIST_OK;
+    const gt_device_ops *d = s->model->backend->device;
+    for (int32_t il = 0; il < s->model->cfg.n_layer; il++) {
+        const geist_status st =
+            to_device ? d->kv_write(s->dev_kv, il, 0, n_own, s->kv[il].k, s->kv[il].v, err)
+                      : d->kv_read(s->dev_kv, il, 0, n_own, s->kv[il].k, s->kv[il].v, err);
+        if (st) return st;
+    }
+    return GEIST_OK;
+}
+
 geist_status gt_session_snapshot(geist_session *s, void *buf, size_t cap, size_t *needed,
                                  gt_err *err) {
     const uint64_t total = image_bytes(s);
@@ -133,6 +147,8 @@ geist_status gt_session_snapshot(geist_session *s, void *buf, size_t cap, size_t
                        cap);
     }
     const gt_config *c = &s->model->cfg;
+    const geist_status dst = dev_sync(s, s->n_past - s->n_prefix, false, err);
+    if (dst) return dst;
     uint8_t *p = buf;
     snap_header h;
     fill_header(s, &h, total);
@@ -247,6 +263,11 @@ geist_status gt_session_restore(geist_session *s, const void *image, size_t size
             return gt_fail(err, GEIST_ERR_BAD_FORMAT, "snapshot token %d is out of range", i);
         }
     }
+    /* a device that cannot take the rows says so before anything changes (0 rows: a probe) */
+    if (s->dev_kv) {
+        const geist_status dst = dev_sync(s, 0, true, err);
+        if (dst) return dst;
+    }
     /* validated: apply (nothing below can fail) */
     memcpy(s->ids, p, (size_t)n_own * sizeof(int32_t));
     p += (size_t)n_own * sizeof(int32_t);
@@ -260,6 +281,7 @@ geist_status gt_session_restore(geist_session *s, const void *image, size_t size
         if (lo > floor_pos) floor_pos = lo;
     }
     if (h.has_logits) memcpy(s->logits, cur, (size_t)c->n_vocab * sizeof(float));
+    (void)dev_sync(s, n_own, true, err); /* probed above: cannot fail */
     s->has_logits = h.has_logits;
     s->n_past = h.n_past;
     s->n_floor = floor_pos;
@@ -272,8 +294,17 @@ geist_status gt_session_fork(geist_session *s, geist_session **out, gt_err *err)
     geist_status st =
         gt_session_new(s->model, s->max_seq_len, s->kv_mode, s->seed, s->prefix, &f, err);
     if (st) return st;
+    const int32_t n_own = s->n_past - s->n_prefix;
+    if ((st = dev_sync(s, n_own, false, err))) {
+        gt_session_destroy(f);
+        return st;
+    }
     for (int32_t il = 0; il < s->model->cfg.n_layer; il++)
         gt_kv_layer_copy(&f->kv[il], &s->kv[il], &s->geom);
+    if ((st = dev_sync(f, n_own, true, err))) {
+        gt_session_destroy(f);
+        return st;
+    }
     memcpy(f->ids, s->ids, (size_t)(s->n_past - s->n_prefix) * sizeof(int32_t));
     memcpy(f->logits, s->logits, (size_t)s->model->cfg.n_vocab * sizeof(float));
     f->has_logits = s->has_logits;

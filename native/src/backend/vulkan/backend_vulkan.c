@@ -40,41 +40,31 @@ static void vk_model_free(void *dm) { gt_vk_model_free(dm); }
 static void vk_memory(const void *dm, gt_dev_memory *out) { *out = ((const gt_vk_model *)dm)->memory; }
 
 static geist_status vk_kv_alloc(void *dm, const gt_dev_kv_desc *d, gt_dev_kv **out, gt_err *err) {
-    (void)dm;
-    (void)d;
-    (void)out;
-    return gt_fail(err, GEIST_ERR_UNSUPPORTED,
-                   "vulkan: sessions are not available yet: this build uploads the weights but "
-                   "has no device forward pass (use a CPU backend to run the model)");
+    return gt_vk_kv_alloc(dm, d, out, err);
 }
 
-static void vk_kv_free(gt_dev_kv *kv) { (void)kv; }
+static void vk_kv_free(gt_dev_kv *kv) { gt_vk_kv_free(kv); }
 
-static geist_status vk_kv_io(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n, void *k,
-                             void *v, gt_err *err) {
-    (void)kv, (void)layer, (void)row0, (void)n, (void)k, (void)v;
-    return gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: no device KV in this build");
+static geist_status vk_kv_read(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n, void *k,
+                               void *v, gt_err *err) {
+    return gt_vk_kv_io(kv, layer, row0, n, k, v, false, err);
 }
 
 static geist_status vk_kv_write(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n,
                                 const void *k, const void *v, gt_err *err) {
-    return vk_kv_io(kv, layer, row0, n, (void *)k, (void *)v, err);
+    return gt_vk_kv_io(kv, layer, row0, n, (void *)k, (void *)v, true, err);
 }
 
-static uint64_t vk_kv_bytes(const gt_dev_kv *kv) {
-    (void)kv;
-    return 0;
-}
+static uint64_t vk_kv_bytes(const gt_dev_kv *kv) { return gt_vk_kv_bytes(kv); }
 
 static geist_status vk_forward(void *dm, const gt_dev_row *rows, int32_t n, gt_err *err) {
-    (void)dm, (void)rows, (void)n;
-    return gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: no device forward pass in this build");
+    return gt_vk_forward(dm, rows, n, err);
 }
 
 static const gt_device_ops k_vk_device = {
     .engine_init = vk_engine_init, .engine_free = vk_engine_free, .probe = vk_probe,
     .model_init = vk_model_init, .model_free = vk_model_free, .memory = vk_memory,
-    .kv_alloc = vk_kv_alloc, .kv_free = vk_kv_free, .kv_read = vk_kv_io,
+    .kv_alloc = vk_kv_alloc, .kv_free = vk_kv_free, .kv_read = vk_kv_read,
     .kv_write = vk_kv_write, .kv_bytes = vk_kv_bytes, .forward = vk_forward,
 };
 

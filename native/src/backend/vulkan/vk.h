@@ -7,6 +7,7 @@
 #define VK_NO_PROTOTYPES
 #include <vulkan/vulkan.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "../backend.h"
@@ -49,6 +50,26 @@ typedef struct gt_vk_fns {
     PFN_vkWaitForFences WaitForFences;
     PFN_vkResetFences ResetFences;
     PFN_vkGetMemoryHostPointerPropertiesEXT GetMemoryHostPointerPropertiesEXT;
+    /* the forward pass (vk_forward.c) */
+    PFN_vkCreateShaderModule CreateShaderModule;
+    PFN_vkDestroyShaderModule DestroyShaderModule;
+    PFN_vkCreateDescriptorSetLayout CreateDescriptorSetLayout;
+    PFN_vkDestroyDescriptorSetLayout DestroyDescriptorSetLayout;
+    PFN_vkCreatePipelineLayout CreatePipelineLayout;
+    PFN_vkDestroyPipelineLayout DestroyPipelineLayout;
+    PFN_vkCreateComputePipelines CreateComputePipelines;
+    PFN_vkDestroyPipeline DestroyPipeline;
+    PFN_vkCreateDescriptorPool CreateDescriptorPool;
+    PFN_vkDestroyDescriptorPool DestroyDescriptorPool;
+    PFN_vkResetDescriptorPool ResetDescriptorPool;
+    PFN_vkAllocateDescriptorSets AllocateDescriptorSets;
+    PFN_vkUpdateDescriptorSets UpdateDescriptorSets;
+    PFN_vkCmdBindPipeline CmdBindPipeline;
+    PFN_vkCmdBindDescriptorSets CmdBindDescriptorSets;
+    PFN_vkCmdPushConstants CmdPushConstants;
+    PFN_vkCmdDispatch CmdDispatch;
+    PFN_vkCmdPipelineBarrier CmdPipelineBarrier;
+    PFN_vkFreeCommandBuffers FreeCommandBuffers;
 } gt_vk_fns;
 
 /* Opens the loader: `path` when given, else the system's names (libvulkan.so.1, vulkan-1.dll,
@@ -86,6 +107,7 @@ typedef struct gt_vk_ctx {
     uint64_t memory_limit; /* the engine's cap on device bytes (0: the heaps' size) */
     _Atomic uint64_t used; /* device bytes allocated by this engine's models and sessions */
     bool allow_import;     /* the engine allows host-pointer import */
+    pthread_mutex_t queue_lock; /* the queue and command pool: one submitter at a time */
 } gt_vk_ctx;
 
 geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *err);
@@ -111,10 +133,25 @@ typedef struct gt_vk_model {
     uint64_t imp_base;    /* its start, as an offset in the span (may be negative: aligned down) */
     gt_dev_memory memory;
     bool imported;
+    struct geist_model *model;
+    struct gt_vk_fwd *fwd; /* the forward pass's state (vk_forward.c), NULL: not runnable */
+    char refuse[256];      /* why sessions are refused ("" when they run) */
 } gt_vk_model;
 
 geist_status gt_vk_model_init(gt_vk_ctx *c, struct geist_model *m, bool load_file,
                               gt_vk_model **out, bool *drop_span, gt_err *err);
 void gt_vk_model_free(gt_vk_model *vm);
+
+/* ---- the forward pass (vk_forward.c) ---- */
+/* At model init, while the span is readable: decides whether the device runs this model (else
+ * vm->refuse says why) and uploads the norm vectors. Fails only on device errors. */
+geist_status gt_vk_fwd_init(gt_vk_model *vm, gt_err *err);
+void gt_vk_fwd_free(gt_vk_model *vm);
+geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv **out, gt_err *err);
+void gt_vk_kv_free(gt_dev_kv *kv);
+geist_status gt_vk_kv_io(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n, void *k, void *v,
+                         bool write, gt_err *err);
+uint64_t gt_vk_kv_bytes(const gt_dev_kv *kv);
+geist_status gt_vk_forward(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, gt_err *err);
 
 #endif

@@ -110,6 +110,7 @@ static uint64_t device_local_bytes(const VkPhysicalDeviceMemoryProperties *m) {
 void gt_vk_ctx_free(gt_vk_ctx *c) {
     if (!c) return;
     if (c->pool) c->f.DestroyCommandPool(c->dev, c->pool, NULL);
+    pthread_mutex_destroy(&c->queue_lock);
     if (c->dev) c->f.DestroyDevice(c->dev, NULL);
     if (c->inst) c->f.DestroyInstance(c->inst, NULL);
     gt_vk_unload(&c->f);
@@ -119,6 +120,7 @@ void gt_vk_ctx_free(gt_vk_ctx *c) {
 geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *err) {
     gt_vk_ctx *c = calloc(1, sizeof *c);
     if (!c) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan context)");
+    pthread_mutex_init(&c->queue_lock, NULL);
     geist_status st = gt_vk_load(&c->f, o->loader, err);
     if (st) {
         free(c);

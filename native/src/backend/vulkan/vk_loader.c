@@ -70,6 +70,12 @@ geist_status gt_vk_load_device(gt_vk_fns *f, VkDevice dev, bool host_import, gt_
     D(AllocateCommandBuffers) D(BeginCommandBuffer) D(EndCommandBuffer) D(ResetCommandBuffer)
     D(CmdCopyBuffer) D(QueueSubmit) D(CreateFence) D(DestroyFence) D(WaitForFences)
     D(ResetFences)
+    D(CreateShaderModule) D(DestroyShaderModule) D(CreateDescriptorSetLayout)
+    D(DestroyDescriptorSetLayout) D(CreatePipelineLayout) D(DestroyPipelineLayout)
+    D(CreateComputePipelines) D(DestroyPipeline) D(CreateDescriptorPool) D(DestroyDescriptorPool)
+    D(ResetDescriptorPool) D(AllocateDescriptorSets) D(UpdateDescriptorSets) D(CmdBindPipeline)
+    D(CmdBindDescriptorSets) D(CmdPushConstants) D(CmdDispatch) D(CmdPipelineBarrier)
+    D(FreeCommandBuffers)
     if (host_import) D(GetMemoryHostPointerPropertiesEXT)
 #undef D
     return GEIST_OK;

@@ -62,6 +62,7 @@ static geist_status plan_chunks(const gguf_file *g, uint64_t max, uint64_t align
 void gt_vk_model_free(gt_vk_model *vm) {
     if (!vm) return;
     gt_vk_ctx *c = vm->ctx;
+    gt_vk_fwd_free(vm);
     for (int32_t i = 0; i < vm->n_chunks; i++) {
         if (vm->chunks[i].buf) c->f.DestroyBuffer(c->dev, vm->chunks[i].buf, NULL);
         if (vm->chunks[i].mem) c->f.FreeMemory(c->dev, vm->chunks[i].mem, NULL);
@@ -159,7 +160,10 @@ static VkResult submit_copy(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence, VkB
     const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
                              .pCommandBuffers = &cb};
     if ((r = c->f.ResetFences(c->dev, 1, &fence)) != VK_SUCCESS) return r;
-    if ((r = c->f.QueueSubmit(c->queue, 1, &si, fence)) != VK_SUCCESS) return r;
+    pthread_mutex_lock(&c->queue_lock);
+    r = c->f.QueueSubmit(c->queue, 1, &si, fence);
+    pthread_mutex_unlock(&c->queue_lock);
+    if (r != VK_SUCCESS) return r;
     return c->f.WaitForFences(c->dev, 1, &fence, VK_TRUE, UINT64_MAX);
 }
 
@@ -269,6 +273,7 @@ geist_status gt_vk_model_init(gt_vk_ctx *c, geist_model *m, bool load_file, gt_v
     gt_vk_model *vm = calloc(1, sizeof *vm);
     if (!vm) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan model)");
     vm->ctx = c;
+    vm->model = m;
     const gguf_file *g = &m->gguf;
     uint64_t max = c->probe.max_buffer;
     if (max > ((uint64_t)1 << 31)) max = (uint64_t)1 << 31;
@@ -286,6 +291,11 @@ geist_status gt_vk_model_init(gt_vk_ctx *c, geist_model *m, bool load_file, gt_v
             return st;
         }
         *drop_span = load_file; /* the file's tensor pages are not read again */
+    }
+    if ((st = gt_vk_fwd_init(vm, err))) {
+        *drop_span = false;
+        gt_vk_model_free(vm);
+        return st;
     }
     *out = vm;
     return GEIST_OK;

@@ -1,0 +1,735 @@
+/* The device forward pass (llama architecture): every layer of a batched step on the GPU, in one
+ * command buffer per step of up to MAX_ROWS rows (larger steps run as consecutive passes, a
+ * session's earlier rows first), with no host round trip between layers. The host fills one
+ * small buffer per pass (tokens, positions, which rows want logits, the rotary cos/sin computed
+ * as the CPU does) and reads back only the logits of the rows that asked for them.
+ *
+ * Products: matvec.comp, one workgroup per output row, up to 8 tokens per pass over the row.
+ * Quantized weights (Q8_0, Q4_0, Q4_1) take 8-bit activations made on the device as cpu_scalar
+ * makes them (quant.comp; act_quant.h), dotted in exact integer block sums; F32/F16 weights take
+ * float activations. The norms, rotary, attention and SiLU follow the CPU's plain arithmetic
+ * (shaders' comments), so quantized models mostly agree with cpu_scalar bit for bit.
+ * KV: F32 or F16 per session, max_seq_len rows per layer, in session/kv.c's
+ * row format (kv_read/kv_write move host images). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vk.h"
+#include "vk_spv.h"
+#include "../../model/model.h"
+#include "../../util/ggml_types.h"
+
+#define MAX_ROWS 64 /* rows per pass: bounds the scratch */
+#define N_BIND 8    /* storage buffer bindings of the one descriptor set layout */
+#define MAX_GROUPS_X 65535u
+
+enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_COUNT };
+static const char *const k_pipe_names[P_COUNT] = {"embed",   "quant",   "matvec", "rmsnorm",
+                                                  "rope",    "kvstore", "attn",   "act"};
+
+typedef struct vbuf {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    void *map; /* host-visible memory, mapped; else NULL */
+    uint64_t size;
+} vbuf;
+
+/* A weight matrix on the device: its buffer and byte offset there. */
+typedef struct wref {
+    VkBuffer buf;
+    uint32_t off, type, n_in, n_out, row_bytes;
+} wref;
+
+enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_PER_LAYER };
+
+typedef struct gt_vk_fwd {
+    pthread_mutex_t lock; /* one step (or KV copy) of this model at a time */
+    bool pipelines;       /* created (at the first session) */
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout pl;
+    VkPipeline pipe[P_COUNT];
+    VkDescriptorPool dpool;
+    uint32_t dpool_sets;
+    VkCommandPool cpool;
+    VkCommandBuffer cb;
+    VkFence fence;
+    float *norms_host; /* per layer attn_norm, ffn_norm (d floats each), then output_norm */
+    size_t n_norm;
+    vbuf norms;        /* the same on the device (at the first session) */
+    wref tok, out;
+    wref *lw; /* n_layer * W_PER_LAYER */
+    int32_t cap_rows, cap_ctx;
+    vbuf x, xn, q, k, v, att, gate, up, aq, ad, sc, in, lg;
+    uint64_t scratch_bytes;
+} gt_vk_fwd;
+
+struct gt_dev_kv {
+    gt_vk_model *vm;
+    vbuf b;
+    int32_t mode, max_seq, n_layer;
+    uint32_t kd, vd;          /* values per position */
+    uint64_t layer_words;     /* 32-bit words per layer (K then V) */
+    uint64_t k_words;         /* words of a layer's K part */
+};
+
+/* ---- buffers ------------------------------------------------------------------------------ */
+
+static void vbuf_free(gt_vk_ctx *c, vbuf *b, uint64_t *acct) {
+    if (b->map) c->f.UnmapMemory(c->dev, b->mem);
+    if (b->buf) c->f.DestroyBuffer(c->dev, b->buf, NULL);
+    if (b->mem) {
+        c->f.FreeMemory(c->dev, b->mem, NULL);
+        atomic_fetch_sub(&c->used, b->size);
+        if (acct) *acct -= b->size;
+    }
+    memset(b, 0, sizeof *b);
+}
+
+/* host: host-visible (inputs, logits); else device-local, mapped when the device's local memory
+ * is host-visible too (unified memory, ReBAR). */
+static geist_status vbuf_make(gt_vk_ctx *c, uint64_t size, bool host, vbuf *b, uint64_t *acct,
+                              const char *what, gt_err *err) {
+    memset(b, 0, sizeof *b);
+    if (size < 16) size = 16;
+    const uint64_t cap = c->memory_limit ? c->memory_limit : c->probe.device_local;
+    const uint64_t used = atomic_load(&c->used);
+    if (size + used > cap)
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY,
+                       "vulkan: %s needs %.1f MiB of device memory; %s has %.1f MiB left", what,
+                       size / 1048576.0, c->probe.name, (cap > used ? cap - used : 0) / 1048576.0);
+    const VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size,
+                                    .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+                                             VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                             VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                    .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    if (c->f.CreateBuffer(c->dev, &bci, NULL, &b->buf) != VK_SUCCESS) {
+        b->buf = VK_NULL_HANDLE;
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: cannot create a buffer for %s", what);
+    }
+    VkMemoryRequirements rq;
+    c->f.GetBufferMemoryRequirements(c->dev, b->buf, &rq);
+    const VkMemoryPropertyFlags hv =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    int32_t t = gt_vk_memory_type(c, rq.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | hv);
+    if (t < 0) t = gt_vk_memory_type(c, rq.memoryTypeBits, host ? hv : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+    if (t < 0) t = gt_vk_memory_type(c, rq.memoryTypeBits, host ? hv : 0);
+    const VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                                      .allocationSize = rq.size, .memoryTypeIndex = (uint32_t)t};
+    if (t < 0 || c->f.AllocateMemory(c->dev, &mai, NULL, &b->mem) != VK_SUCCESS) {
+        b->mem = VK_NULL_HANDLE;
+        vbuf_free(c, b, NULL);
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY,
+                       "vulkan: out of device memory for %s (%.1f MiB)", what, rq.size / 1048576.0);
+    }
+    b->size = rq.size;
+    atomic_fetch_add(&c->used, b->size);
+    if (acct) *acct += b->size;
+    if (c->f.BindBufferMemory(c->dev, b->buf, b->mem, 0) != VK_SUCCESS) {
+        vbuf_free(c, b, acct);
+        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot bind the buffer for %s", what);
+    }
+    if ((c->mem.memoryTypes[t].propertyFlags & hv) == hv &&
+        c->f.MapMemory(c->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &b->map) != VK_SUCCESS)
+        b->map = NULL;
+    if (host && !b->map) {
+        vbuf_free(c, b, acct);
+        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot map the buffer for %s", what);
+    }
+    return GEIST_OK;
+}
+
+/* ---- what the device runs ----------------------------------------------------------------- */
+
+static const char *type_name(uint32_t t) {
+    switch (t) {
+    case GT_TYPE_F32: return "F32";
+    case GT_TYPE_F16: return "F16";
+    case GT_TYPE_BF16: return "BF16";
+    case GT_TYPE_Q4_0: return "Q4_0";
+    case GT_TYPE_Q4_1: return "Q4_1";
+    case GT_TYPE_Q5_0: return "Q5_0";
+    case GT_TYPE_Q5_1: return "Q5_1";
+    case GT_TYPE_Q8_0: return "Q8_0";
+    case GT_TYPE_Q4_K: return "Q4_K";
+    case GT_TYPE_Q5_K: return "Q5_K";
+    case GT_TYPE_Q6_K: return "Q6_K";
+    default: return "another type";
+    }
+}
+
+static bool type_ok(uint32_t t) {
+    return t == GT_TYPE_F32 || t == GT_TYPE_F16 || t == GT_TYPE_Q8_0 || t == GT_TYPE_Q4_0 ||
+           t == GT_TYPE_Q4_1;
+}
+
+/* "" when the device forward pass runs the model, else why not (into buf) */
+static void check_model(const geist_model *m, char *buf, size_t cap) {
+    const gt_config *c = &m->cfg;
+    buf[0] = '\0';
+    if (c->arch != GT_ARCH_LLAMA) {
+        snprintf(buf, cap, "vulkan: the device forward pass runs the llama architecture only; "
+                 "this model is %s (use a CPU backend)", c->arch_name);
+        return;
+    }
+    if (c->qk_norm || c->post_norms || c->act != GT_ACT_SILU || c->embed_scale != 1.0f) {
+        snprintf(buf, cap, "vulkan: this model's layer recipe (QK norm, post-norms, GELU or an "
+                 "embedding scale) is not on the device yet (use a CPU backend)");
+        return;
+    }
+    for (int32_t il = 0; il < c->n_layer; il++)
+        if (m->layers[il].sliding) {
+            snprintf(buf, cap, "vulkan: sliding-window layers are not on the device yet (use a "
+                     "CPU backend)");
+            return;
+        }
+    if (c->n_rot % 2 || c->n_rot > c->head_dim_k || (c->n_head_kv * c->head_dim_k) % 2 ||
+        (c->n_head_kv * c->head_dim_v) % 2 || c->n_head % c->n_head_kv) {
+        snprintf(buf, cap, "vulkan: this model's head geometry is not supported on the device");
+        return;
+    }
+    static const char *const roles[W_PER_LAYER] = {"attn_q", "attn_k", "attn_v", "attn_output",
+                                                   "ffn_gate", "ffn_up", "ffn_down"};
+    const gt_weight *tw[2] = {&m->tok_embd, &m->output};
+    static const char *const tnames[2] = {"token_embd", "output"};
+    for (int i = 0; i < 2; i++)
+        if (!type_ok(tw[i]->type)) {
+            snprintf(buf, cap, "vulkan: tensor %s is %s; the device forward pass supports F32, "
+                     "F16, Q8_0, Q4_0 and Q4_1 weights (use a CPU backend)", tnames[i],
+                     type_name(tw[i]->type));
+            return;
+        }
+    for (int32_t il = 0; il < c->n_layer; il++) {
+        const gt_layer *L = &m->layers[il];
+        const gt_weight *ws[W_PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo,
+                                            &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < W_PER_LAYER; i++)
+            if (!type_ok(ws[i]->type) || ws[i]->data == NULL) {
+                snprintf(buf, cap, "vulkan: tensor blk.%d.%s is %s; the device forward pass "
+                         "supports F32, F16, Q8_0, Q4_0 and Q4_1 weights (use a CPU backend)",
+                         (int)il, roles[i], type_name(ws[i]->type));
+                return;
+            }
+    }
+}
+
+static bool wref_of(const gt_vk_model *vm, const gt_weight *w, wref *out) {
+    const uint64_t off = (uint64_t)(w->data - vm->model->gguf.base);
+    for (int32_t i = 0; i < vm->n_chunks; i++) {
+        const gt_vk_chunk *ch = &vm->chunks[i];
+        if (off >= ch->src_off && off < ch->src_off + ch->size) {
+            const uint64_t at = off - ch->src_off + ch->shift;
+            if (at > UINT32_MAX) return false;
+            *out = (wref){ch->buf, (uint32_t)at, w->type, (uint32_t)w->n_in, (uint32_t)w->n_out,
+                          (uint32_t)w->row_bytes};
+            return true;
+        }
+    }
+    return false;
+}
+
+void gt_vk_fwd_free(gt_vk_model *vm) {
+    gt_vk_fwd *fw = vm->fwd;
+    if (!fw) return;
+    gt_vk_ctx *c = vm->ctx;
+    vbuf *bufs[] = {&fw->norms, &fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->gate,
+                    &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        vbuf_free(c, bufs[i], &vm->memory.device_local);
+    for (int i = 0; i < P_COUNT; i++)
+        if (fw->pipe[i]) c->f.DestroyPipeline(c->dev, fw->pipe[i], NULL);
+    if (fw->pl) c->f.DestroyPipelineLayout(c->dev, fw->pl, NULL);
+    if (fw->dsl) c->f.DestroyDescriptorSetLayout(c->dev, fw->dsl, NULL);
+    if (fw->dpool) c->f.DestroyDescriptorPool(c->dev, fw->dpool, NULL);
+    if (fw->fence) c->f.DestroyFence(c->dev, fw->fence, NULL);
+    if (fw->cpool) c->f.DestroyCommandPool(c->dev, fw->cpool, NULL);
+    pthread_mutex_destroy(&fw->lock);
+    free(fw->norms_host);
+    free(fw->lw);
+    free(fw);
+    vm->fwd = NULL;
+}
+
+geist_status gt_vk_fwd_init(gt_vk_model *vm, gt_err *err) {
+    const geist_model *m = vm->model;
+    const gt_config *c = &m->cfg;
+    check_model(m, vm->refuse, sizeof vm->refuse);
+    if (vm->refuse[0]) return GEIST_OK;
+    gt_vk_fwd *fw = calloc(1, sizeof *fw);
+    if (fw) fw->lw = calloc((size_t)c->n_layer * W_PER_LAYER, sizeof *fw->lw);
+    if (!fw || !fw->lw) {
+        if (fw) free(fw);
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan forward)");
+    }
+    pthread_mutex_init(&fw->lock, NULL);
+    vm->fwd = fw;
+    bool ok = wref_of(vm, &m->tok_embd, &fw->tok) && wref_of(vm, &m->output, &fw->out);
+    for (int32_t il = 0; ok && il < c->n_layer; il++) {
+        const gt_layer *L = &m->layers[il];
+        const gt_weight *ws[W_PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo,
+                                            &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; ok && i < W_PER_LAYER; i++)
+            ok = wref_of(vm, ws[i], &fw->lw[il * W_PER_LAYER + i]);
+    }
+    if (!ok) {
+        gt_vk_fwd_free(vm);
+        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: a weight lies outside the device buffers");
+    }
+    /* the norm vectors, while the span is readable (a file's pages may be dropped after); on
+     * the device with the first session */
+    const size_t d = (size_t)c->d_model;
+    fw->n_norm = (2 * (size_t)c->n_layer + 1) * d;
+    float *nw = fw->norms_host = malloc(fw->n_norm * sizeof(float));
+    if (!nw) {
+        gt_vk_fwd_free(vm);
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan norm weights)");
+    }
+    for (int32_t il = 0; il < c->n_layer; il++) {
+        memcpy(nw + (2 * (size_t)il) * d, m->layers[il].attn_norm.data, d * sizeof(float));
+        memcpy(nw + (2 * (size_t)il + 1) * d, m->layers[il].ffn_norm.data, d * sizeof(float));
+    }
+    memcpy(nw + 2 * (size_t)c->n_layer * d, m->output_norm.data, d * sizeof(float));
+    vm->memory.host_owned += sizeof *fw + fw->n_norm * sizeof(float) +
+                             (uint64_t)c->n_layer * W_PER_LAYER * sizeof *fw->lw;
+    return GEIST_OK;
+}
+
+/* pipelines, command pool, fence: at the first session */
+static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
+    gt_vk_fwd *fw = vm->fwd;
+    gt_vk_ctx *c = vm->ctx;
+    if (fw->pipelines) return GEIST_OK;
+    if (!fw->norms.buf) {
+        geist_status st = vbuf_make(c, fw->n_norm * sizeof(float), true, &fw->norms,
+                                    &vm->memory.device_local, "the norm weights", err);
+        if (st) return st;
+        memcpy(fw->norms.map, fw->norms_host, fw->n_norm * sizeof(float));
+    }
+    VkDescriptorSetLayoutBinding b[N_BIND];
+    for (uint32_t i = 0; i < N_BIND; i++)
+        b[i] = (VkDescriptorSetLayoutBinding){.binding = i,
+                                              .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                              .descriptorCount = 1,
+                                              .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
+    const VkDescriptorSetLayoutCreateInfo dci = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = N_BIND,
+        .pBindings = b};
+    const VkPushConstantRange pcr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0,
+                                     .size = 128};
+    if (c->f.CreateDescriptorSetLayout(c->dev, &dci, NULL, &fw->dsl) != VK_SUCCESS) {
+        fw->dsl = VK_NULL_HANDLE;
+        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot create a descriptor set layout");
+    }
+    const VkPipelineLayoutCreateInfo plci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                             .setLayoutCount = 1, .pSetLayouts = &fw->dsl,
+                                             .pushConstantRangeCount = 1,
+                                             .pPushConstantRanges = &pcr};
+    if (c->f.CreatePipelineLayout(c->dev, &plci, NULL, &fw->pl) != VK_SUCCESS) {
+        fw->pl = VK_NULL_HANDLE;
+        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot create a pipeline layout");
+    }
+    for (int p = 0; p < P_COUNT; p++) {
+        const gt_vk_spv *s = NULL;
+        for (int i = 0; i < gt_vk_n_shaders && !s; i++)
+            if (strcmp(gt_vk_shaders[i].name, k_pipe_names[p]) == 0) s = &gt_vk_shaders[i];
+        if (!s) return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: shader %s is not built in", k_pipe_names[p]);
+        const VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                               .codeSize = s->size, .pCode = s->code};
+        VkShaderModule mod;
+        if (c->f.CreateShaderModule(c->dev, &smci, NULL, &mod) != VK_SUCCESS)
+            return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot load shader %s", s->name);
+        const VkComputePipelineCreateInfo cpci = {
+            .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+            .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                      .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main"},
+            .layout = fw->pl};
+        const VkResult r = c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &cpci, NULL,
+                                                       &fw->pipe[p]);
+        c->f.DestroyShaderModule(c->dev, mod, NULL);
+        if (r != VK_SUCCESS) {
+            fw->pipe[p] = VK_NULL_HANDLE;
+            return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot build pipeline %s (%d)",
+                           s->name, (int)r);
+        }
+    }
+    const VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                         .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                         .queueFamilyIndex = c->queue_family};
+    if (c->f.CreateCommandPool(c->dev, &pci, NULL, &fw->cpool) != VK_SUCCESS) {
+        fw->cpool = VK_NULL_HANDLE;
+        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot create a command pool");
+    }
+    const VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                             .commandPool = fw->cpool,
+                                             .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                             .commandBufferCount = 1};
+    const VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if (c->f.AllocateCommandBuffers(c->dev, &cai, &fw->cb) != VK_SUCCESS)
+        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot allocate a command buffer");
+    if (c->f.CreateFence(c->dev, &fci, NULL, &fw->fence) != VK_SUCCESS) {
+        fw->fence = VK_NULL_HANDLE;
+        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot create a fence");
+    }
+    fw->pipelines = true;
+    return GEIST_OK;
+}
+
+/* scratch for `rows` rows attending over up to `ctx` positions */
+static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_err *err) {
+    gt_vk_fwd *fw = vm->fwd;
+    if (rows <= fw->cap_rows && ctx <= fw->cap_ctx) return GEIST_OK;
+    if (rows < fw->cap_rows) rows = fw->cap_rows;
+    if (ctx < fw->cap_ctx) ctx = fw->cap_ctx;
+    gt_vk_ctx *c = vm->ctx;
+    const gt_config *cf = &vm->model->cfg;
+    uint64_t *acct = &vm->memory.device_local;
+    vbuf *bufs[] = {&fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->gate,
+                    &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) vbuf_free(c, bufs[i], acct);
+    fw->cap_rows = fw->cap_ctx = 0;
+    const uint64_t R = (uint64_t)rows, F = sizeof(float);
+    const uint64_t d = (uint64_t)cf->d_model, nff = (uint64_t)cf->n_ff;
+    const uint64_t qd = (uint64_t)cf->n_head * (uint64_t)cf->head_dim_k;
+    const uint64_t kd = (uint64_t)cf->n_head_kv * (uint64_t)cf->head_dim_k;
+    const uint64_t vd = (uint64_t)cf->n_head_kv * (uint64_t)cf->head_dim_v;
+    const uint64_t od = (uint64_t)cf->n_head * (uint64_t)cf->head_dim_v;
+    uint64_t wide = d > nff ? d : nff;
+    if (od > wide) wide = od;
+    const struct { vbuf *b; uint64_t bytes; bool host; } want[] = {
+        {&fw->x, R * d * F, false},     {&fw->xn, R * d * F, false},
+        {&fw->q, R * qd * F, false},    {&fw->k, R * kd * F, false},
+        {&fw->v, R * vd * F, false},    {&fw->att, R * od * F, false},
+        {&fw->gate, R * nff * F, false}, {&fw->up, R * nff * F, false},
+        {&fw->aq, R * wide, false},     {&fw->ad, R * (wide / 32 + 1) * F, false},
+        {&fw->sc, R * (uint64_t)cf->n_head * (uint64_t)ctx * F, false},
+        {&fw->in, (R * 5 + R * (uint64_t)cf->n_rot) * 4, true},
+        {&fw->lg, R * (uint64_t)cf->n_vocab * F, true},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        geist_status st = vbuf_make(c, want[i].bytes, want[i].host, want[i].b, acct,
+                                    "the forward pass's scratch", err);
+        if (st) {
+            for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++) vbuf_free(c, bufs[j], acct);
+            return st;
+        }
+    }
+    fw->cap_rows = rows;
+    fw->cap_ctx = ctx;
+    return GEIST_OK;
+}
+
+/* ---- KV ------------------------------------------------------------------------------------ */
+
+geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv **out, gt_err *err) {
+    if (!vm->fwd) return gt_fail(err, GEIST_ERR_UNSUPPORTED, "%s", vm->refuse);
+    if (d->kv_mode != GEIST_KV_F32 && d->kv_mode != GEIST_KV_F16)
+        return gt_fail(err, GEIST_ERR_UNSUPPORTED,
+                       "vulkan: KV mode %d is not supported on the device (supported: 0 = F32, "
+                       "1 = F16)", (int)d->kv_mode);
+    for (int32_t il = 0; il < d->n_layer; il++)
+        if (d->rows[il] != d->max_seq_len)
+            return gt_fail(err, GEIST_ERR_UNSUPPORTED,
+                           "vulkan: sessions on a shared prefix are not supported on the device "
+                           "yet (create the session without the prefix, or use a CPU backend)");
+    const gt_config *c = &vm->model->cfg;
+    pthread_mutex_lock(&vm->fwd->lock);
+    geist_status st = make_pipelines(vm, err);
+    pthread_mutex_unlock(&vm->fwd->lock);
+    if (st) return st;
+    gt_dev_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan KV)");
+    kv->vm = vm;
+    kv->mode = d->kv_mode;
+    kv->max_seq = d->max_seq_len;
+    kv->n_layer = d->n_layer;
+    kv->kd = (uint32_t)(c->n_head_kv * c->head_dim_k);
+    kv->vd = (uint32_t)(c->n_head_kv * c->head_dim_v);
+    const uint64_t per = d->kv_mode == GEIST_KV_F16 ? 2 : 4;
+    kv->k_words = (uint64_t)kv->max_seq * kv->kd * per / 4;
+    kv->layer_words = kv->k_words + (uint64_t)kv->max_seq * kv->vd * per / 4;
+    const uint64_t bytes = kv->layer_words * 4 * (uint64_t)d->n_layer;
+    if (bytes > vm->ctx->probe.max_buffer || kv->layer_words * (uint64_t)d->n_layer > UINT32_MAX) {
+        free(kv);
+        return gt_fail(err, GEIST_ERR_UNSUPPORTED,
+                       "vulkan: a KV cache of %.1f MiB (max_seq_len %d) exceeds the device's "
+                       "largest storage buffer (%.1f MiB); use a smaller max_seq_len",
+                       bytes / 1048576.0, (int)d->max_seq_len,
+                       vm->ctx->probe.max_buffer / 1048576.0);
+    }
+    st = vbuf_make(vm->ctx, bytes, false, &kv->b, NULL, "the session's KV cache", err);
+    if (st) {
+        free(kv);
+        return st;
+    }
+    *out = kv;
+    return GEIST_OK;
+}
+
+void gt_vk_kv_free(gt_dev_kv *kv) {
+    if (!kv) return;
+    vbuf_free(kv->vm->ctx, &kv->b, NULL);
+    free(kv);
+}
+
+uint64_t gt_vk_kv_bytes(const gt_dev_kv *kv) { return kv ? kv->b.size : 0; }
+
+geist_status gt_vk_kv_io(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n, void *k, void *v,
+                         bool write, gt_err *err) {
+    if (layer < 0 || layer >= kv->n_layer || row0 < 0 || n < 0 || row0 + n > kv->max_seq)
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "vulkan: KV rows out of range");
+    if (!kv->b.map)
+        return gt_fail(err, GEIST_ERR_UNSUPPORTED,
+                       "vulkan: this device's KV memory is not host-visible: snapshots, restore "
+                       "and fork of device sessions are not supported on it yet");
+    const size_t per = kv->mode == GEIST_KV_F16 ? 2 : 4;
+    uint8_t *base = (uint8_t *)kv->b.map + (size_t)layer * kv->layer_words * 4;
+    uint8_t *dk = base + (size_t)row0 * kv->kd * per;
+    uint8_t *dv = base + kv->k_words * 4 + (size_t)row0 * kv->vd * per;
+    pthread_mutex_lock(&kv->vm->fwd->lock); /* no step writes while we copy */
+    if (write) {
+        memcpy(dk, k, (size_t)n * kv->kd * per);
+        memcpy(dv, v, (size_t)n * kv->vd * per);
+    } else {
+        memcpy(k, dk, (size_t)n * kv->kd * per);
+        memcpy(v, dv, (size_t)n * kv->vd * per);
+    }
+    pthread_mutex_unlock(&kv->vm->fwd->lock);
+    return GEIST_OK;
+}
+
+/* ---- recording ----------------------------------------------------------------------------- */
+
+typedef struct rec {
+    gt_vk_ctx *c;
+    gt_vk_fwd *fw;
+    VkCommandBuffer cb;
+    bool failed;
+} rec;
+
+static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *pc, uint32_t pcs,
+                     uint32_t groups) {
+    if (r->failed || groups == 0) return;
+    gt_vk_ctx *c = r->c;
+    gt_vk_fwd *fw = r->fw;
+    const VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                            .descriptorPool = fw->dpool, .descriptorSetCount = 1,
+                                            .pSetLayouts = &fw->dsl};
+    VkDescriptorSet set;
+    if (c->f.AllocateDescriptorSets(c->dev, &ai, &set) != VK_SUCCESS) {
+        r->failed = true;
+        return;
+    }
+    VkDescriptorBufferInfo bi[N_BIND];
+    VkWriteDescriptorSet wr[N_BIND];
+    for (uint32_t i = 0; i < N_BIND; i++) {
+        bi[i] = (VkDescriptorBufferInfo){bind[i] ? bind[i] : fw->x.buf, 0, VK_WHOLE_SIZE};
+        wr[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                       .dstSet = set, .dstBinding = i, .descriptorCount = 1,
+                                       .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                       .pBufferInfo = &bi[i]};
+    }
+    c->f.UpdateDescriptorSets(c->dev, N_BIND, wr, 0, NULL);
+    c->f.CmdBindPipeline(r->cb, VK_PIPELINE_BIND_POINT_COMPUTE, fw->pipe[pipe]);
+    c->f.CmdBindDescriptorSets(r->cb, VK_PIPELINE_BIND_POINT_COMPUTE, fw->pl, 0, 1, &set, 0, NULL);
+    c->f.CmdPushConstants(r->cb, fw->pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, pcs, pc);
+    const uint32_t gx = groups < MAX_GROUPS_X ? groups : MAX_GROUPS_X;
+    c->f.CmdDispatch(r->cb, gx, (groups + gx - 1) / gx, 1);
+    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
+    c->f.CmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+static bool quantized(uint32_t t) { return t != GT_TYPE_F32 && t != GT_TYPE_F16; }
+
+static void rec_quant(rec *r, VkBuffer src, uint32_t n_in, uint32_t n_tok) {
+    const uint32_t pc[2] = {n_in, n_tok * n_in / 32};
+    const VkBuffer b[N_BIND] = {0, 0, src, 0, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
+    dispatch(r, P_QUANT, b, pc, sizeof pc, (pc[1] + 63) / 64);
+}
+
+/* y (ldy = n_out) (+)= W x for n_tok rows; the 8-bit rows of x must be made already for a
+ * quantized W (rec_quant) */
+static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok, bool acc) {
+    const uint32_t pc[8] = {w->off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->n_out, acc};
+    const VkBuffer b[N_BIND] = {w->buf, 0, x, y, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
+    dispatch(r, P_MATVEC, b, pc, sizeof pc, w->n_out);
+}
+
+static void rec_norm(rec *r, VkBuffer x, VkBuffer y, uint32_t n_rows, uint32_t d, uint32_t w_off,
+                     uint32_t gather_at, float eps) {
+    struct { uint32_t n, w_off, gather, gather_at; float eps; } pc = {d, w_off, gather_at != 0,
+                                                                        gather_at, eps};
+    const VkBuffer b[N_BIND] = {0, r->fw->in.buf, x, y, 0, 0, 0, r->fw->norms.buf};
+    dispatch(r, P_RMSNORM, b, &pc, sizeof pc, n_rows);
+}
+
+typedef struct grp {
+    int32_t r0, n;
+    gt_dev_kv *kv;
+} grp;
+
+/* one pass over rows [0, n) (n <= MAX_ROWS) */
+static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, gt_err *err) {
+    gt_vk_ctx *c = vm->ctx;
+    gt_vk_fwd *fw = vm->fwd;
+    const geist_model *m = vm->model;
+    const gt_config *cf = &m->cfg;
+    int32_t max_ctx = 1, n_groups = 0, n_lg = 0;
+    grp groups[MAX_ROWS];
+    for (int32_t t = 0; t < n; t++) {
+        if (rows[t].prefix || rows[t].n_prefix)
+            return gt_fail(err, GEIST_ERR_UNSUPPORTED,
+                           "vulkan: sessions on a shared prefix are not supported on the device yet");
+        if (rows[t].kv->vm != vm || rows[t].pos >= rows[t].kv->max_seq)
+            return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "vulkan: a row's KV does not fit");
+        if (rows[t].pos + 1 > max_ctx) max_ctx = rows[t].pos + 1;
+        if (t == 0 || rows[t].kv != rows[t - 1].kv) groups[n_groups++] = (grp){t, 0, rows[t].kv};
+        groups[n_groups - 1].n++;
+        if (rows[t].logits) n_lg++;
+    }
+    geist_status st = grow_scratch(vm, MAX_ROWS, max_ctx, err);
+    if (st) return st;
+    /* descriptor sets for this pass (one per dispatch) */
+    const uint32_t sets = (uint32_t)cf->n_layer * (16 + 2 * (uint32_t)n_groups) + 8;
+    if (sets > fw->dpool_sets) {
+        if (fw->dpool) c->f.DestroyDescriptorPool(c->dev, fw->dpool, NULL);
+        fw->dpool = VK_NULL_HANDLE;
+        fw->dpool_sets = 0;
+        const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, sets * N_BIND};
+        const VkDescriptorPoolCreateInfo dpci = {
+            .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = sets,
+            .poolSizeCount = 1, .pPoolSizes = &ps};
+        if (c->f.CreateDescriptorPool(c->dev, &dpci, NULL, &fw->dpool) != VK_SUCCESS) {
+            fw->dpool = VK_NULL_HANDLE;
+            return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: cannot create a descriptor pool");
+        }
+        fw->dpool_sets = sets;
+    }
+    c->f.ResetDescriptorPool(c->dev, fw->dpool, 0);
+
+    /* the pass's inputs: per row token, pos; the rows wanting logits; rotary cos/sin */
+    uint32_t *in = fw->in.map;
+    const uint32_t gather_at = 4u * (uint32_t)n, rope_at = gather_at + (uint32_t)n;
+    const int32_t half = cf->n_rot / 2;
+    for (int32_t t = 0, k = 0; t < n; t++) {
+        in[4 * t] = (uint32_t)rows[t].token;
+        in[4 * t + 1] = (uint32_t)rows[t].pos;
+        in[4 * t + 2] = in[4 * t + 3] = 0;
+        if (rows[t].logits) in[gather_at + (uint32_t)k++] = (uint32_t)t;
+        float *cs = (float *)(void *)(in + rope_at + (size_t)t * (size_t)cf->n_rot);
+        const float pos = (float)rows[t].pos * cf->rope_scale_global;
+        for (int32_t i = 0; i < half; i++) { /* as session/forward.c's rope_angles */
+            const double theta = (double)pos * (double)m->inv_freq_global[i];
+            cs[i] = (float)cos(theta);
+            cs[half + i] = (float)sin(theta);
+        }
+    }
+
+    rec r = {c, fw, fw->cb, false};
+    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    if (c->f.ResetCommandBuffer(fw->cb, 0) != VK_SUCCESS || c->f.BeginCommandBuffer(fw->cb, &bi) != VK_SUCCESS)
+        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot begin a command buffer");
+    const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
+    const uint32_t kd = (uint32_t)(cf->n_head_kv * cf->head_dim_k);
+    const uint32_t vd = (uint32_t)(cf->n_head_kv * cf->head_dim_v);
+    const uint32_t od = (uint32_t)(cf->n_head * cf->head_dim_v);
+    {
+        struct { uint32_t w_off, type, n_in, row_bytes; float scale; } pc = {
+            fw->tok.off, fw->tok.type, fw->tok.n_in, fw->tok.row_bytes, cf->embed_scale};
+        const VkBuffer b[N_BIND] = {fw->tok.buf, fw->in.buf, 0, fw->x.buf, 0, 0, 0, 0};
+        dispatch(&r, P_EMBED, b, &pc, sizeof pc, N);
+    }
+    for (int32_t il = 0; il < cf->n_layer; il++) {
+        const wref *w = &fw->lw[il * W_PER_LAYER];
+        rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, 2u * (uint32_t)il * d, 0, cf->eps);
+        if (quantized(w[W_Q].type) || quantized(w[W_K].type) || quantized(w[W_V].type))
+            rec_quant(&r, fw->xn.buf, d, N);
+        rec_matvec(&r, &w[W_Q], fw->xn.buf, fw->q.buf, N, false);
+        rec_matvec(&r, &w[W_K], fw->xn.buf, fw->k.buf, N, false);
+        rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
+        {
+            const uint32_t pc[7] = {N, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv,
+                                    (uint32_t)cf->head_dim_k, (uint32_t)cf->n_rot,
+                                    cf->rope_style == GT_ROPE_NEOX, rope_at};
+            const VkBuffer b[N_BIND] = {0, fw->in.buf, fw->q.buf, fw->k.buf, 0, 0, 0, 0};
+            const uint32_t total = N * (uint32_t)(cf->n_head + cf->n_head_kv) * (uint32_t)half;
+            dispatch(&r, P_ROPE, b, pc, sizeof pc, (total + 63) / 64);
+        }
+        for (int32_t g = 0; g < n_groups; g++) {
+            const gt_dev_kv *kv = groups[g].kv;
+            const uint32_t k_at = (uint32_t)((uint64_t)il * kv->layer_words);
+            const uint32_t pc[7] = {(uint32_t)groups[g].r0, (uint32_t)groups[g].n, kd, vd, k_at,
+                                    k_at + (uint32_t)kv->k_words, kv->mode == GEIST_KV_F16};
+            const VkBuffer b[N_BIND] = {0, fw->in.buf, fw->k.buf, fw->v.buf, 0, 0, kv->b.buf, 0};
+            dispatch(&r, P_KVSTORE, b, pc, sizeof pc, ((uint32_t)groups[g].n * (kd + vd) / 2 + 63) / 64);
+        }
+        for (int32_t g = 0; g < n_groups; g++) {
+            const gt_dev_kv *kv = groups[g].kv;
+            const uint32_t k_at = (uint32_t)((uint64_t)il * kv->layer_words);
+            struct { uint32_t row0, n_head, n_head_kv, hk, hv, k_at, v_at, f16, s_stride; float scale; } pc = {
+                (uint32_t)groups[g].r0, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv,
+                (uint32_t)cf->head_dim_k, (uint32_t)cf->head_dim_v, k_at,
+                k_at + (uint32_t)kv->k_words, kv->mode == GEIST_KV_F16, (uint32_t)fw->cap_ctx,
+                cf->attn_scale};
+            const VkBuffer b[N_BIND] = {0, fw->in.buf, fw->q.buf, fw->att.buf, 0, fw->sc.buf, kv->b.buf, 0};
+            dispatch(&r, P_ATTN, b, &pc, sizeof pc, (uint32_t)groups[g].n * (uint32_t)cf->n_head);
+        }
+        if (quantized(w[W_O].type)) rec_quant(&r, fw->att.buf, od, N);
+        rec_matvec(&r, &w[W_O], fw->att.buf, fw->x.buf, N, true); /* x += o */
+        rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, (2u * (uint32_t)il + 1u) * d, 0, cf->eps);
+        if (quantized(w[W_GATE].type) || quantized(w[W_UP].type)) rec_quant(&r, fw->xn.buf, d, N);
+        rec_matvec(&r, &w[W_GATE], fw->xn.buf, fw->gate.buf, N, false);
+        rec_matvec(&r, &w[W_UP], fw->xn.buf, fw->up.buf, N, false);
+        {
+            const uint32_t pc[1] = {N * nff};
+            const VkBuffer b[N_BIND] = {0, 0, fw->up.buf, fw->gate.buf, 0, 0, 0, 0};
+            dispatch(&r, P_ACT, b, pc, sizeof pc, (N * nff + 63) / 64);
+        }
+        if (quantized(w[W_DOWN].type)) rec_quant(&r, fw->gate.buf, nff, N);
+        rec_matvec(&r, &w[W_DOWN], fw->gate.buf, fw->x.buf, N, true); /* x += ffn */
+    }
+    if (n_lg > 0) {
+        rec_norm(&r, fw->x.buf, fw->xn.buf, (uint32_t)n_lg, d, 2u * (uint32_t)cf->n_layer * d,
+                 gather_at, cf->eps);
+        if (quantized(fw->out.type)) rec_quant(&r, fw->xn.buf, d, (uint32_t)n_lg);
+        rec_matvec(&r, &fw->out, fw->xn.buf, fw->lg.buf, (uint32_t)n_lg, false);
+    }
+    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                                .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
+    c->f.CmdPipelineBarrier(fw->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                            VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+    if (c->f.EndCommandBuffer(fw->cb) != VK_SUCCESS || r.failed)
+        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: recording the step failed");
+    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
+                             .pCommandBuffers = &fw->cb};
+    VkResult vr = c->f.ResetFences(c->dev, 1, &fw->fence);
+    if (vr == VK_SUCCESS) {
+        pthread_mutex_lock(&c->queue_lock);
+        vr = c->f.QueueSubmit(c->queue, 1, &si, fw->fence);
+        pthread_mutex_unlock(&c->queue_lock);
+    }
+    if (vr == VK_SUCCESS) vr = c->f.WaitForFences(c->dev, 1, &fw->fence, VK_TRUE, UINT64_MAX);
+    if (vr != VK_SUCCESS)
+        return gt_fail(err, vr == VK_ERROR_DEVICE_LOST ? GEIST_ERR_INTERNAL : GEIST_ERR_OUT_OF_MEMORY,
+                       "vulkan: the step failed on the device (%d)", (int)vr);
+    const size_t nv = (size_t)cf->n_vocab;
+    const float *lg = fw->lg.map;
+    for (int32_t t = 0, k = 0; t < n; t++)
+        if (rows[t].logits) memcpy(rows[t].logits, lg + (size_t)k++ * nv, nv * sizeof(float));
+    return GEIST_OK;
+}
+
+geist_status gt_vk_forward(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, gt_err *err) {
+    if (!vm->fwd) return gt_fail(err, GEIST_ERR_UNSUPPORTED, "%s", vm->refuse);
+    pthread_mutex_lock(&vm->fwd->lock);
+    geist_status st = GEIST_OK;
+    for (int32_t done = 0; done < n && !st; done += MAX_ROWS)
+        st = run_pass(vm, rows + done, n - done < MAX_ROWS ? n - done : MAX_ROWS, err);
+    pthread_mutex_unlock(&vm->fwd->lock);
+    return st;
+}
