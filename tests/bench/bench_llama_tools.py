@@ -88,8 +88,9 @@ def llama_set(path: Path, threads: int) -> dict[str, Any]:
     batched = {}
     for line in tab.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        # columns: PP TG B N_KV T_PP S_PP T_TG S_TG T S
         if len(cells) >= 10 and cells[0] == "32" and cells[1] == "64":
-            batched[int(cells[2])] = float(cells[8])  # S_TG t/s
+            batched[int(cells[2])] = float(cells[7])  # S_TG t/s
     return {"pp128": pp, "tg128": tg, "npl": batched}
 
 
