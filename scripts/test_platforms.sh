@@ -68,6 +68,8 @@ if [ -x build/clang-release/tests/test_gguf ]; then # built with -Werror by setu
     for t in build/clang-release/tests/test_*; do
         case "$(basename "$t")" in
             test_model_load) "$t" "$SMOL" >/dev/null ;;
+            test_oom_walk) "$t" tests/fuzz/corpus/gguf/llama_q8.gguf \
+                tests/fuzz/corpus/gguf/gemma3_q8.gguf "$SMOL" >/dev/null ;;
             *) "$t" >/dev/null ;;
         esac || { echo "FAIL clang: $t" >&2; fails=$((fails + 1)); }
     done
