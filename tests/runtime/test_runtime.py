@@ -203,3 +203,26 @@ def test_smollm2_eight_sessions_equal_alone(smollm2_path: Path) -> None:
     assert [h.result(120).ids for h in hs] == alone
     m.close()
     eng.close()
+
+
+@pytest.mark.slow
+def test_one_runtime_serves_a_small_then_a_bigger_model(tmp_path: Path, smollm2_path: Path) -> None:
+    """The runtime's step scratch was sized by rows only: after a small model's steps, a bigger
+    model's batched step wrote past its buffers (heap corruption, found by test order). Each
+    model's step now gets buffers of its own geometry."""
+    eng = geist.Engine(n_threads=2)
+    small = testing.build_fixture(tmp_path / "g.gguf", arch="gemma3", weight_type="Q8_0", seed=9)
+    with geist.Model.load(small, engine=eng) as m, m.session(max_seq_len=64) as s:
+        s.submit([1, 2, 3, 4], max_tokens=4, temperature=0.0).result(60)
+    with geist.Model.load(smollm2_path, engine=eng) as m:
+        alone = []
+        for p in ("The cat is", "The river is"):
+            with m.session(128) as s:
+                alone.append(s.generate(p, max_tokens=8, temperature=0.0).result().ids)
+        ss = [m.session(128) for _ in range(2)]
+        hs = [s.submit(p, max_tokens=8, temperature=0.0)
+              for s, p in zip(ss, ("The cat is", "The river is"), strict=True)]
+        assert [h.result(120).ids for h in hs] == alone
+        for s in ss:
+            s.close()
+    eng.close()

@@ -208,6 +208,8 @@ struct gt_fwd_scratch {
     int32_t cap_lg; /* logits rows lg holds */
     group *groups;
     uint64_t bytes;
+    gt_config cfg; /* the geometry every buffer was sized for (one runtime serves many models) */
+    bool has_cfg;
 };
 
 gt_fwd_scratch *gt_fwd_scratch_create(void) { return calloc(1, sizeof(gt_fwd_scratch)); }
@@ -243,6 +245,26 @@ void gt_fwd_scratch_free(gt_fwd_scratch *sc) {
 }
 
 uint64_t gt_fwd_scratch_bytes(const gt_fwd_scratch *sc) { return sc ? sc->bytes : 0; }
+
+/* A scratch made for one model's geometry is dropped before another model's step uses it: the
+ * buffers grow by rows and contexts, and their widths come from the config. */
+static void fit_geometry(gt_fwd_scratch *sc, const gt_config *c) {
+    if (sc->has_cfg && memcmp(&sc->cfg, c, sizeof *c) == 0) return;
+    free_rows(sc);
+    free(sc->lg);
+    sc->lg = NULL;
+    sc->cap_lg = 0;
+    free(sc->ctmp);
+    sc->ctmp = NULL;
+    sc->ctmp_floats = 0;
+    for (int32_t g = 0; g < sc->cap_groups; g++) {
+        if (sc->groups[g].attn_ctx) gt_attn_scratch_free(&sc->groups[g].attn);
+        sc->groups[g].attn_ctx = 0;
+    }
+    sc->bytes = 0;
+    sc->cfg = *c;
+    sc->has_cfg = true;
+}
 
 static bool grow_rows(gt_fwd_scratch *sc, const gt_config *c, int32_t rows) {
     if (rows <= sc->cap_rows) return true;
@@ -535,6 +557,7 @@ geist_status gt_forward_batch(const geist_model *m, const gt_batch_row *rows, in
         if (rows[t].s->max_seq_len > max_ctx) max_ctx = rows[t].s->max_seq_len;
         if (rows[t].logits) n_lg++;
     }
+    fit_geometry(sc, c);
     if (!grow_rows(sc, c, n) || !grow_groups(sc, c, n_groups, max_ctx))
         return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory for activations");
     int32_t gi = -1;
