@@ -21,7 +21,11 @@ from geist import testing
 from geist.errors import GeistError
 
 _ICDS = [Path("/usr/share/vulkan/icd.d") / n for n in ("lvp_icd.json", "lvp_icd.x86_64.json")]
-LVP = next((p for p in _ICDS if p.is_file()), None)
+# GEIST_TEST_VULKAN_ICD (a test-harness variable, not geist's: the core reads no environment)
+# pins another driver's ICD file instead, to run these tests once on a real GPU (the H200 run
+# of the note); lavapipe otherwise.
+_OTHER = os.environ.get("GEIST_TEST_VULKAN_ICD")
+LVP = Path(_OTHER) if _OTHER else next((p for p in _ICDS if p.is_file()), None)
 
 
 def _skip_reason() -> str | None:

@@ -16,7 +16,6 @@ The ICD is pinned as in test_vulkan.py; without lavapipe these tests skip and sa
 from __future__ import annotations
 
 import ctypes.util
-import json
 import os
 import shutil
 import subprocess
@@ -31,7 +30,11 @@ from geist import testing
 from geist.errors import GeistError
 
 _ICDS = [Path("/usr/share/vulkan/icd.d") / n for n in ("lvp_icd.json", "lvp_icd.x86_64.json")]
-LVP = next((p for p in _ICDS if p.is_file()), None)
+# GEIST_TEST_VULKAN_ICD (a test-harness variable, not geist's: the core reads no environment)
+# pins another driver's ICD file instead, to run these tests once on a real GPU (the H200 run
+# of the note); lavapipe otherwise.
+_OTHER = os.environ.get("GEIST_TEST_VULKAN_ICD")
+LVP = Path(_OTHER) if _OTHER else next((p for p in _ICDS if p.is_file()), None)
 ROOT = Path(__file__).resolve().parents[2]
 RTOL = 2e-3
 
@@ -86,7 +89,8 @@ PROMPT = [int(v) for v in np.random.default_rng(3).integers(1, 300, 8)]
 
 @pytest.mark.parametrize(("weight_type", "kv_mode"),
                          [("F32", "f32"), ("F16", "f16"), ("Q8_0", "f16"), ("Q8_0", "f32"),
-                          ("Q4_0", "f16"), ("Q4_1", "f16")])
+                          ("Q4_0", "f16"), ("Q4_1", "f16"), ("Q5_0", "f16"), ("Q4_K", "f16"),
+                          ("Q6_K", "f16")])
 def test_fixture_matches_cpu_scalar(weight_type: str, kv_mode: str) -> None:
     path = testing.fixture_path("llama", weight_type)
     ref_ids, ref = _teacher_forced(path, "cpu_scalar", PROMPT, None, 32, kv_mode)
@@ -133,10 +137,7 @@ def test_kv_modes_the_device_lacks_are_refused() -> None:
 
 
 @pytest.mark.parametrize(("arch", "weight_type", "match"),
-                         [("llama", "Q4_K", r"tensor .* is Q4_K"),
-                          ("llama", "Q5_0", r"tensor .* is Q5_0"),
-                          ("llama", "Q6_K", r"tensor .* is Q6_K"),
-                          ("gemma3", "Q8_0", r"llama architecture only; this model is gemma3")])
+                         [("gemma3", "Q8_0", r"llama architecture only; this model is gemma3")])
 def test_unsupported_models_are_refused(arch: str, weight_type: str, match: str) -> None:
     eng = geist.Engine(backend="vulkan")
     with geist.Model.load(testing.fixture_path(arch, weight_type), engine=eng) as m:
@@ -192,24 +193,75 @@ def test_shaders_translate_to_msl() -> None:
         assert res.returncode == 0, f"{spv.name}: {res.stderr}"
 
 
+def _margin(row: np.ndarray) -> float:
+    top2 = np.sort(row)[-2:]
+    return float(top2[1] - top2[0])
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="on SmolLM2 one of the first 3 prompts parts from "
-                   "cpu_scalar within 16 tokens (logits up to 5e-2 apart: a rounding difference "
-                   "moved an int8 activation step); the fixtures agree bit for bit, the cause is "
-                   "not found yet")
-def test_smollm2_greedy_matches_cpu_scalar() -> None:
+def test_smollm2_meets_the_acceptance() -> None:
+    """The real model on the device, the first three reference prompts: the logits of every
+    prompt position, then 16 greedy tokens. Against llama.cpp (every position whose ids so far
+    are the reference's, so teacher-forced there): top-1 >= 97 % where its top-2 margin > 0.5,
+    top-1 in its top-5 >= 99 %. Against cpu_scalar: the greedy ids depart only where
+    cpu_scalar's own top-2 margin is < 0.5, the logits up to a departure within RTOL (measured:
+    bit for bit with F16 KV since the shaders stopped trusting the driver's fma() and division,
+    exact.glsl; before, 5e-2 apart and the ids parted). All eight prompts teacher-forced gave
+    361 positions, 100 % / 100 % (268 with margin), but took 14 min on lavapipe."""
     from geist import models
+    from tests.reference_data import reference_json
 
     try:
         path = Path(models.smollm2_path(install=False))
     except FileNotFoundError as e:
         pytest.skip(f"model not installed: {e}")
-    ref = json.loads((ROOT / "tests" / "data" / "reference" /
-                      "SmolLM2-135M-Instruct.Q4_1.json").read_text())
-    for p in ref["prompts"][:3]:
-        prompt = [int(v) for v in p["prompt_ids"]]
-        ref_ids, ref_lg = _teacher_forced(path, "cpu_scalar", prompt, None, 16, "f16")
-        _, lg = _teacher_forced(path, "vulkan", prompt, ref_ids, 16, "f16")
-        assert [int(np.argmax(r)) for r in lg[len(prompt) - 1:-1]] == ref_ids
-        worst = max(_rel(a, b) for a, b in zip(ref_lg, lg, strict=True))
-        print(f"smollm2 {p['text'][:20]!r}: worst relative logit error {worst:.3g}")
+    ref = reference_json("smollm2")
+    ev, ec = geist.Engine(backend="vulkan"), geist.Engine(backend="cpu_scalar")
+    n = in_top5 = margin_n = margin_agree = 0
+    worst = 0.0
+    with geist.Model.load(path, engine=ev) as mv, geist.Model.load(path, engine=ec) as mc:
+        for p in ref["prompts"][:3]:
+            prompt = [int(v) for v in p["prompt_ids"]]
+            runs = []
+            for m in (mc, mv):
+                s = m.session(max_seq_len=64, kv_mode="f16")
+                rows = list(np.asarray(s.eval(prompt)))
+                ids = []
+                for _ in range(16):
+                    ids.append(s.step(None))
+                    rows.append(np.asarray(s.logits()))
+                s.close()
+                runs.append((ids, rows))
+            (ref_ids, ref_rows), (ids, rows) = runs
+            # teacher-forced against llama.cpp while the device's ids are the reference's
+            forced = [int(v) for v in p["greedy_ids"]]
+            same = next((i for i, (a, b) in enumerate(zip(forced, ids, strict=False)) if a != b),
+                        len(ids))
+            for pos in range(len(prompt) + same):
+                topk = p["topk_per_position"][pos]
+                cand = [int(t) for t, _ in topk]
+                top = int(np.argmax(rows[pos]))
+                n += 1
+                in_top5 += top in cand[:5]
+                if float(topk[0][1]) - float(topk[1][1]) > 0.5:
+                    margin_n += 1
+                    margin_agree += top == cand[0]
+            # against cpu_scalar
+            part = next((i for i, (a, b) in enumerate(zip(ref_ids, ids, strict=True)) if a != b),
+                        None)
+            upto = len(prompt) + (16 if part is None else part)
+            worst = max([worst] + [_rel(a, b) for a, b in zip(ref_rows[:upto], rows[:upto],
+                                                                 strict=True)])
+            print(f"smollm2 {p['text'][:20]!r}: greedy parts from cpu_scalar at {part}")
+            if part is not None:
+                row = ref_rows[len(prompt) - 1 + part]
+                assert _margin(row) < 0.5, (part, _margin(row))
+    ev.close()
+    ec.close()
+    print(f"smollm2 vs llama.cpp: {n} positions, top-1 in top-5 {in_top5 / n:.3f}, top-1 "
+          f"{margin_agree / margin_n:.3f} at {margin_n} with margin > 0.5; worst relative logit "
+          f"error vs cpu_scalar {worst:.3g}")
+    assert n >= 75 and margin_n >= 40, (n, margin_n)
+    assert margin_agree / margin_n >= 0.97
+    assert in_top5 / n >= 0.99
+    assert worst < RTOL, worst

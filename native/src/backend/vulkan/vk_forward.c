@@ -5,9 +5,9 @@
  * as the CPU does) and reads back only the logits of the rows that asked for them.
  *
  * Products: matvec.comp, one workgroup per output row, up to 8 tokens per pass over the row.
- * Quantized weights (Q8_0, Q4_0, Q4_1) take 8-bit activations made on the device as cpu_scalar
- * makes them (quant.comp; act_quant.h), dotted in exact integer block sums; F32/F16 weights take
- * float activations. The norms, rotary, attention and SiLU follow the CPU's plain arithmetic
+ * Quantized weights (Q8_0, Q4_0, Q4_1, Q5_0 in blocks of 32; Q4_K, Q6_K in blocks of 256) take
+ * 8-bit activations made on the device as cpu_scalar makes them (quant.comp; act_quant.h),
+ * dotted in exact integer block sums; F32/F16 weights take float activations. The norms, rotary, attention and SiLU follow the CPU's plain arithmetic
  * (shaders' comments), so quantized models mostly agree with cpu_scalar bit for bit.
  * KV: F32 or F16 per session, max_seq_len rows per layer, in session/kv.c's
  * row format (kv_read/kv_write move host images). */
@@ -161,7 +161,7 @@ static const char *type_name(uint32_t t) {
 
 static bool type_ok(uint32_t t) {
     return t == GT_TYPE_F32 || t == GT_TYPE_F16 || t == GT_TYPE_Q8_0 || t == GT_TYPE_Q4_0 ||
-           t == GT_TYPE_Q4_1;
+           t == GT_TYPE_Q4_1 || t == GT_TYPE_Q5_0 || t == GT_TYPE_Q4_K || t == GT_TYPE_Q6_K;
 }
 
 /* "" when the device forward pass runs the model, else why not (into buf) */
@@ -196,7 +196,7 @@ static void check_model(const geist_model *m, char *buf, size_t cap) {
     for (int i = 0; i < 2; i++)
         if (!type_ok(tw[i]->type)) {
             snprintf(buf, cap, "vulkan: tensor %s is %s; the device forward pass supports F32, "
-                     "F16, Q8_0, Q4_0 and Q4_1 weights (use a CPU backend)", tnames[i],
+                     "F16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K weights (use a CPU backend)", tnames[i],
                      type_name(tw[i]->type));
             return;
         }
@@ -207,7 +207,8 @@ static void check_model(const geist_model *m, char *buf, size_t cap) {
         for (int i = 0; i < W_PER_LAYER; i++)
             if (!type_ok(ws[i]->type) || ws[i]->data == NULL) {
                 snprintf(buf, cap, "vulkan: tensor blk.%d.%s is %s; the device forward pass "
-                         "supports F32, F16, Q8_0, Q4_0 and Q4_1 weights (use a CPU backend)",
+                         "supports F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K weights (use a "
+                         "CPU backend)",
                          (int)il, roles[i], type_name(ws[i]->type));
                 return;
             }
@@ -505,11 +506,14 @@ typedef struct rec {
     gt_vk_fwd *fw;
     VkCommandBuffer cb;
     bool failed;
+    VkBuffer aq_src; /* whose 8-bit rows the activation scratch holds (format aq_fmt) */
+    int aq_fmt;
 } rec;
 
 static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *pc, uint32_t pcs,
                      uint32_t groups) {
     if (r->failed || groups == 0) return;
+    if (pipe != P_MATVEC && pipe != P_QUANT) r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
     gt_vk_ctx *c = r->c;
     gt_vk_fwd *fw = r->fw;
     const VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
@@ -542,17 +546,26 @@ static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *
                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
-static bool quantized(uint32_t t) { return t != GT_TYPE_F32 && t != GT_TYPE_F16; }
-
-static void rec_quant(rec *r, VkBuffer src, uint32_t n_in, uint32_t n_tok) {
-    const uint32_t pc[2] = {n_in, n_tok * n_in / 32};
-    const VkBuffer b[N_BIND] = {0, 0, src, 0, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
-    dispatch(r, P_QUANT, b, pc, sizeof pc, (pc[1] + 63) / 64);
+/* the 8-bit activation format a weight type's product takes (act_quant.h): 0 blocks of 32,
+ * 1 blocks of 256, -1 float activations */
+static int act_fmt(uint32_t t) {
+    if (t == GT_TYPE_F32 || t == GT_TYPE_F16) return -1;
+    return t == GT_TYPE_Q4_K || t == GT_TYPE_Q6_K ? 1 : 0;
 }
 
-/* y (ldy = n_out) (+)= W x for n_tok rows; the 8-bit rows of x must be made already for a
- * quantized W (rec_quant) */
+static void rec_quant(rec *r, VkBuffer src, uint32_t n_in, uint32_t n_tok, int fmt) {
+    const uint32_t pc[3] = {n_in, n_tok * n_in / (fmt ? 256 : 32), (uint32_t)fmt};
+    const VkBuffer b[N_BIND] = {0, 0, src, 0, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
+    dispatch(r, P_QUANT, b, pc, sizeof pc, (pc[1] + 63) / 64);
+    r->aq_src = src;
+    r->aq_fmt = fmt;
+}
+
+/* y (ldy = n_out) (+)= W x for n_tok rows; x's 8-bit rows are made first when a quantized W
+ * needs a format the scratch does not hold for x yet */
 static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok, bool acc) {
+    const int fmt = act_fmt(w->type);
+    if (fmt >= 0 && (r->aq_src != x || r->aq_fmt != fmt)) rec_quant(r, x, w->n_in, n_tok, fmt);
     const uint32_t pc[8] = {w->off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->n_out, acc};
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
     dispatch(r, P_MATVEC, b, pc, sizeof pc, w->n_out);
@@ -593,7 +606,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     geist_status st = grow_scratch(vm, MAX_ROWS, max_ctx, err);
     if (st) return st;
     /* descriptor sets for this pass (one per dispatch) */
-    const uint32_t sets = (uint32_t)cf->n_layer * (16 + 2 * (uint32_t)n_groups) + 8;
+    const uint32_t sets = (uint32_t)cf->n_layer * (20 + 2 * (uint32_t)n_groups) + 8;
     if (sets > fw->dpool_sets) {
         if (fw->dpool) c->f.DestroyDescriptorPool(c->dev, fw->dpool, NULL);
         fw->dpool = VK_NULL_HANDLE;
@@ -628,7 +641,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         }
     }
 
-    rec r = {c, fw, fw->cb, false};
+    rec r = {c, fw, fw->cb, false, VK_NULL_HANDLE, -1};
     const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                          .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
     if (c->f.ResetCommandBuffer(fw->cb, 0) != VK_SUCCESS || c->f.BeginCommandBuffer(fw->cb, &bi) != VK_SUCCESS)
@@ -636,7 +649,6 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
     const uint32_t kd = (uint32_t)(cf->n_head_kv * cf->head_dim_k);
     const uint32_t vd = (uint32_t)(cf->n_head_kv * cf->head_dim_v);
-    const uint32_t od = (uint32_t)(cf->n_head * cf->head_dim_v);
     {
         struct { uint32_t w_off, type, n_in, row_bytes; float scale; } pc = {
             fw->tok.off, fw->tok.type, fw->tok.n_in, fw->tok.row_bytes, cf->embed_scale};
@@ -646,8 +658,6 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     for (int32_t il = 0; il < cf->n_layer; il++) {
         const wref *w = &fw->lw[il * W_PER_LAYER];
         rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, 2u * (uint32_t)il * d, 0, cf->eps);
-        if (quantized(w[W_Q].type) || quantized(w[W_K].type) || quantized(w[W_V].type))
-            rec_quant(&r, fw->xn.buf, d, N);
         rec_matvec(&r, &w[W_Q], fw->xn.buf, fw->q.buf, N, false);
         rec_matvec(&r, &w[W_K], fw->xn.buf, fw->k.buf, N, false);
         rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
@@ -678,10 +688,8 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             const VkBuffer b[N_BIND] = {0, fw->in.buf, fw->q.buf, fw->att.buf, 0, fw->sc.buf, kv->b.buf, 0};
             dispatch(&r, P_ATTN, b, &pc, sizeof pc, (uint32_t)groups[g].n * (uint32_t)cf->n_head);
         }
-        if (quantized(w[W_O].type)) rec_quant(&r, fw->att.buf, od, N);
         rec_matvec(&r, &w[W_O], fw->att.buf, fw->x.buf, N, true); /* x += o */
         rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, (2u * (uint32_t)il + 1u) * d, 0, cf->eps);
-        if (quantized(w[W_GATE].type) || quantized(w[W_UP].type)) rec_quant(&r, fw->xn.buf, d, N);
         rec_matvec(&r, &w[W_GATE], fw->xn.buf, fw->gate.buf, N, false);
         rec_matvec(&r, &w[W_UP], fw->xn.buf, fw->up.buf, N, false);
         {
@@ -689,13 +697,11 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             const VkBuffer b[N_BIND] = {0, 0, fw->up.buf, fw->gate.buf, 0, 0, 0, 0};
             dispatch(&r, P_ACT, b, pc, sizeof pc, (N * nff + 63) / 64);
         }
-        if (quantized(w[W_DOWN].type)) rec_quant(&r, fw->gate.buf, nff, N);
         rec_matvec(&r, &w[W_DOWN], fw->gate.buf, fw->x.buf, N, true); /* x += ffn */
     }
     if (n_lg > 0) {
         rec_norm(&r, fw->x.buf, fw->xn.buf, (uint32_t)n_lg, d, 2u * (uint32_t)cf->n_layer * d,
                  gather_at, cf->eps);
-        if (quantized(fw->out.type)) rec_quant(&r, fw->xn.buf, d, (uint32_t)n_lg);
         rec_matvec(&r, &fw->out, fw->xn.buf, fw->lg.buf, (uint32_t)n_lg, false);
     }
     const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,

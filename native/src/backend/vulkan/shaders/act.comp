@@ -12,6 +12,6 @@ void main() {
     if (i >= p.n) return;
     float x = G[i];
     precise float den = 1.0 + vexp1(0.0 - x);
-    precise float y = x / den * U[i];
+    precise float y = fdiv_rn(x, den) * U[i];
     G[i] = y;
 }

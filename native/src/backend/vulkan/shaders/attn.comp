@@ -77,7 +77,7 @@ void main() {
     memoryBarrierBuffer();
     barrier();
     precise float tot = ((red[0] + red[1]) + (red[2] + red[3])) + ((red[4] + red[5]) + (red[6] + red[7]));
-    precise float inv = 1.0 / tot;
+    float inv = fdiv_rn(1.0, tot);
     for (uint i = lid; i < p.hv; i += 64u) {
         precise float o = 0.0;
         for (uint j = 0u; j < n_ctx; j++) {

@@ -2,8 +2,9 @@
 #extension GL_GOOGLE_include_directive : require
 // y[t * ldy + r] (+)= dot(W[r], x[t]) for t < n_tok, one workgroup per output row r. Up to 8
 // tokens share one pass over the row (decode batches of several sessions); more tokens loop.
-// F32/F16 weights take float activations (binding 2); Q8_0/Q4_0/Q4_1 the 8-bit activations of
-// quant.comp (bindings 4, 5) in exact integer block sums, as cpu_scalar's matmul_q.
+// F32/F16 weights take float activations (binding 2); Q8_0/Q4_0/Q4_1/Q5_0 the 8-bit activations
+// of quant.comp in blocks of 32, Q4_K/Q6_K in blocks of 256 (bindings 4, 5), in exact integer
+// block sums, as cpu_scalar's matmul_q.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Wb { uint W[]; };
 layout(std430, binding = 2) readonly buffer Xb { float X[]; };
@@ -37,6 +38,63 @@ void main() {
                 float w = p.type == T_F32 ? w_f32(row + 4u * i) : w_f16(row + 2u * i);
                 for (uint k = 0u; k < nt; k++) acc[k] += w * X[(t0 + k) * p.n_in + i];
             }
+        } else if (lid < 8u && (p.type == T_Q4_K || p.type == T_Q6_K)) {
+            // super-blocks of 256 against fmt-1 activations (quant.comp), as quants.c dot_q_k:
+            // integer A (and B) per block, then (d * dx) * A [- (dmin * dx) * B] into lane b % 8
+            uint nbk = p.n_in >> 8;
+            for (uint b = lid; b < nbk; b += 8u) {
+                if (p.type == T_Q4_K) {
+                    uint bb = row + 144u * b;
+                    float d = w_f16(bb), dmin = w_f16(bb + 2u);
+                    for (uint k = 0u; k < nt; k++) {
+                        uint t = t0 + k;
+                        int A = 0, B = 0;
+                        for (uint j = 0u; j < 8u; j++) {
+                            ivec2 sm = q4k_scale_min(bb + 4u, j);
+                            uint g = bb + 16u + 32u * (j >> 1);
+                            int sq = 0, sa = 0;
+                            for (uint l = 0u; l < 32u; l++) {
+                                uint q = w_byte(g + l);
+                                q = (j & 1u) != 0u ? (q >> 4) : (q & 15u);
+                                int a = aq(t, 256u * b + 32u * j + l);
+                                sq += int(q) * a;
+                                sa += a;
+                            }
+                            A += sm.x * sq;
+                            B += sm.y * sa;
+                        }
+                        float dx = AD[t * nbk + b];
+                        precise float dd = d * dx;
+                        precise float dm = dmin * dx;
+                        precise float p1 = dd * float(A);
+                        precise float p2 = dm * float(B);
+                        precise float pr = p1 - p2;
+                        precise float sum = acc[k] + pr;
+                        acc[k] = sum;
+                    }
+                } else {
+                    uint bb = row + 210u * b;
+                    float d = w_f16(bb + 208u);
+                    for (uint k = 0u; k < nt; k++) {
+                        uint t = t0 + k;
+                        int A = 0;
+                        for (uint g = 0u; g < 16u; g++) {
+                            int sq = 0, sa = 0;
+                            for (uint l = 16u * g; l < 16u * g + 16u; l++) {
+                                int a = aq(t, 256u * b + l);
+                                sq += q6k_value(bb, l) * a;
+                                sa += a;
+                            }
+                            A += sext8(w_byte(bb + 192u + g)) * (sq - 32 * sa);
+                        }
+                        float dx = AD[t * nbk + b];
+                        precise float dd = d * dx;
+                        precise float pr = dd * float(A);
+                        precise float sum = acc[k] + pr;
+                        acc[k] = sum;
+                    }
+                }
+            }
         } else if (lid < 8u) {
             // cpu_scalar's canonical order (quants.c dot_q_32): block b adds into lane b % 8 in
             // increasing b, the 8 lanes summed as gt_lane_tree8; each block's float is
@@ -48,6 +106,17 @@ void main() {
                     uint bb = row + 34u * b;
                     d = w_f16(bb);
                     for (uint j = 0u; j < 32u; j++) wq[j] = sext8(w_byte(bb + 2u + j));
+                } else if (p.type == T_Q5_0) {
+                    // n - 16 per value: the integer sum is quants.c's sum(n * q) - 16 * sx
+                    uint bb = row + 22u * b;
+                    d = w_f16(bb);
+                    uint qh = w_byte(bb + 2u) | (w_byte(bb + 3u) << 8) | (w_byte(bb + 4u) << 16) |
+                              (w_byte(bb + 5u) << 24);
+                    for (uint j = 0u; j < 16u; j++) {
+                        uint q = w_byte(bb + 6u + j);
+                        wq[j] = int((q & 15u) | (((qh >> j) & 1u) << 4)) - 16;
+                        wq[j + 16u] = int((q >> 4) | (((qh >> (j + 16u)) & 1u) << 4)) - 16;
+                    }
                 } else {
                     uint hdr = p.type == T_Q4_0 ? 2u : 4u;
                     uint bb = row + (p.type == T_Q4_0 ? 18u : 20u) * b;

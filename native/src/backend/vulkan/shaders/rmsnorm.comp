@@ -1,4 +1,5 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // y[k] = x[src(k)] / rms(x[src(k)]) * w, one workgroup per output row. gather != 0: src(k) is
 // the k-th row asking for logits (IN's list), else src(k) = k.
 layout(local_size_x = 64) in;
@@ -7,31 +8,22 @@ layout(std430, binding = 2) readonly buffer Xb { float X[]; };
 layout(std430, binding = 3) writeonly buffer Yb { float Y[]; };
 layout(std430, binding = 7) readonly buffer Nb { float NW[]; };
 layout(push_constant) uniform P { uint n, w_off, gather, gather_at; float eps; } p;
+#include "exact.glsl"
 shared vec2 red[64];
 // Float-float (hi, lo) arithmetic: the sum of squares and the scale carried to ~44 bits, so the
 // float scale is the correctly rounded one, as session/forward.c's rmsnorm (double) gets it.
-vec2 two_sum(float a, float b) {
-    precise float s = a + b;
-    precise float bb = s - a;
-    precise float e = (a - (s - bb)) + (b - bb);
-    return vec2(s, e);
-}
+// Products split exactly (exact.glsl): no trust in the driver's fma().
 vec2 ff_add(vec2 a, vec2 b) {
     vec2 s = two_sum(a.x, b.x);
     precise float lo = s.y + a.y + b.y;
     return two_sum(s.x, lo);
 }
 vec2 ff_mul(vec2 a, vec2 b) {
-    precise float p = a.x * b.x;
-    precise float e = fma(a.x, b.x, -p);
-    precise float lo = e + (a.x * b.y + a.y * b.x);
-    return two_sum(p, lo);
+    vec2 p = two_prod(a.x, b.x);
+    precise float lo = p.y + (a.x * b.y + a.y * b.x);
+    return two_sum(p.x, lo);
 }
-vec2 ff_sq(float x) {
-    precise float p = x * x;
-    precise float e = fma(x, x, -p);
-    return vec2(p, e);
-}
+vec2 ff_sq(float x) { return two_prod(x, x); }
 void main() {
     uint k = gl_WorkGroupID.x, lid = gl_LocalInvocationID.x;
     uint src = p.gather != 0u ? IN[p.gather_at + k] : k;
