@@ -148,6 +148,8 @@ struct gengine {
     gr *rt;
     int32_t threads;
     char backend[64];
+    char device[128]; /* vulkan device: "auto", an index or part of a name (geist.h) */
+    int device_loaded;
     geist_runtime_options ropts; /* scheduling knobs (Project Settings, then configure()) */
     int ropts_loaded;
     int ticking;

@@ -72,10 +72,15 @@ int engine_ensure(char *err, size_t cap) {
         ENG->threads = setting_int("geist/runtime/threads", 1);
     if (!ENG->backend[0])
         setting_str("geist/runtime/backend", "auto", ENG->backend, sizeof ENG->backend);
+    if (!ENG->device_loaded) {
+        setting_str("geist/runtime/device", "auto", ENG->device, sizeof ENG->device);
+        ENG->device_loaded = 1;
+    }
     geist_engine_options o;
     geist_engine_options_default(&o);
     o.n_threads = ENG->threads > 0 ? ENG->threads : 1;
     o.backend = ENG->backend;
+    o.device = ENG->device[0] ? ENG->device : NULL;
     geist_status st = geist_engine_create(&o, &ENG->e);
     if (st != GEIST_OK) {
         geist_last_error(err, cap);
@@ -424,8 +429,9 @@ static void me_configure(void *self, const GDExtensionConstVariantPtr *a, int64_
     KNOB("max_batch", max_batch, (int32_t)gv_to_int(&v, ro.max_batch))
 #undef KNOB
     int32_t threads = ENG->threads;
-    char backend[64];
+    char backend[64], device[128];
     snprintf(backend, sizeof backend, "%s", ENG->backend);
+    snprintf(device, sizeof device, "%s", ENG->device);
     if (n > 0 && gv_dict_get(a[0], "threads", &v)) {
         threads = (int32_t)gv_to_int(&v, 1);
         gv_free(&v);
@@ -436,8 +442,15 @@ static void me_configure(void *self, const GDExtensionConstVariantPtr *a, int64_
         free(bk);
         gv_free(&v);
     }
-    /* threads and backend make a new engine: only while nothing uses the old one */
-    int remake = !ENG->e || threads != ENG->threads || strcmp(backend, ENG->backend) != 0;
+    if (n > 0 && gv_dict_get(a[0], "device", &v)) {
+        char *dv = gv_to_utf8(&v, NULL);
+        snprintf(device, sizeof device, "%s", dv ? dv : "auto");
+        free(dv);
+        gv_free(&v);
+    }
+    /* threads, backend and device make a new engine: only while nothing uses the old one */
+    int remake = !ENG->e || threads != ENG->threads || strcmp(backend, ENG->backend) != 0 ||
+                 strcmp(device, ENG->device) != 0;
     if (remake && (ENG->live_models > 0 || ENG->live_sessions > 0)) {
         gv_int(ret, E_BUSY);
         return;
@@ -455,6 +468,8 @@ static void me_configure(void *self, const GDExtensionConstVariantPtr *a, int64_
         ENG->e = NULL;
         ENG->threads = threads;
         snprintf(ENG->backend, sizeof ENG->backend, "%s", backend);
+        snprintf(ENG->device, sizeof ENG->device, "%s", device);
+        ENG->device_loaded = 1;
     }
     gv_int(ret, engine_ensure(err, sizeof err) ? E_OK : E_UNAVAILABLE);
 }
@@ -473,6 +488,7 @@ static void me_stats(void *self, const GDExtensionConstVariantPtr *a, int64_t n,
     gv_dict(ret);
     gv_dict_set_str(ret, "backend", ENG->e ? geist_engine_backend_name(ENG->e) : "");
     gv_dict_set_str(ret, "backends_available", geist_backends_available());
+    gv_dict_set_str(ret, "device", ENG->e ? geist_engine_device_name(ENG->e) : "");
     gv_dict_set_int(ret, "threads", ENG->threads);
     gv_dict_set_str(ret, "runtime", gr_path());
     gv_dict_set_float(ret, "budget_ms", ENG->ropts.budget_ms);

@@ -54,8 +54,8 @@ def _sampling_args(p: argparse.ArgumentParser, default_temperature: float) -> No
     p.add_argument("--max-seq-len", type=int, default=1024)
     p.add_argument("--kv-mode", default="f16", choices=["f32", "f16"])
     p.add_argument("--backend", default=None,
-                   help="cpu_scalar, cpu_x86, vulkan (weights on the GPU; sessions not yet) or "
-                   "auto (default: the best CPU backend)")
+                   help="cpu_scalar, cpu_x86, vulkan (every layer on the GPU; llama-architecture "
+                   "models) or auto (default: the best CPU backend)")
 
 
 def _sampling(ns: argparse.Namespace) -> dict[str, float | int]:
@@ -151,17 +151,33 @@ def cmd_tokenize(ns: argparse.Namespace) -> int:
 def cmd_inspect(ns: argparse.Namespace) -> int:
     import geist
 
-    with geist.Model.load(_resolve_model(ns.model)) as model:
-        info = model.info
-        mem = model.memory()
-        if ns.json:
-            print(json.dumps({"info": info, "memory": mem}, indent=2))
-            return 0
-        for k, v in info.items():
-            print(f"{k:>18}: {v}")
-        print("memory (bytes):")
-        for k, v in mem.items():
-            print(f"{k:>18}: {v:,}")
+    eng = geist.Engine(backend=ns.backend, device=ns.device)
+    try:
+        with geist.Model.load(_resolve_model(ns.model), engine=eng) as model:
+            info = model.info
+            mem = model.memory()
+            # where the bytes live: the host's own, the device's, the caller's pages the device
+            # reads in place, the upload's staging (0 after load; docs/MEMORY.md)
+            split = {"host_owned": mem.get("total_owned", 0) - mem.get("device_local", 0)
+                     - mem.get("staging", 0),
+                     "device_local": mem.get("device_local", 0),
+                     "imported": mem.get("imported", 0), "staging": mem.get("staging", 0)}
+            if ns.json:
+                print(json.dumps({"backend": eng.backend, "device": eng.device, "info": info,
+                                  "memory": mem, "split": split}, indent=2))
+                return 0
+            print(f"{'backend':>18}: {eng.backend}")
+            if eng.device:
+                print(f"{'device':>18}: {eng.device}")
+            for k, v in info.items():
+                print(f"{k:>18}: {v}")
+            print("memory (bytes):")
+            for k, v in mem.items():
+                print(f"{k:>18}: {v:,}")
+            if eng.device:
+                print("memory split (bytes): " + ", ".join(f"{k} {v:,}" for k, v in split.items()))
+    finally:
+        eng.close()
     return 0
 
 
@@ -328,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="print a model's facts and resident memory")
     i.add_argument("model", nargs="?", default=None)
     i.add_argument("--json", action="store_true")
+    i.add_argument("--backend", default=None, help="as for run (vulkan: the device's memory split)")
+    i.add_argument("--device", default=None,
+                   help="vulkan device: an index or part of its name (default: auto)")
     i.set_defaults(func=cmd_inspect)
 
     pl = sub.add_parser("plan", help="what N NPC sessions cost, from metadata only")

@@ -26,6 +26,8 @@ _ICDS = [Path("/usr/share/vulkan/icd.d") / n for n in ("lvp_icd.json", "lvp_icd.
 # of the note); lavapipe otherwise.
 _OTHER = os.environ.get("GEIST_TEST_VULKAN_ICD")
 LVP = Path(_OTHER) if _OTHER else next((p for p in _ICDS if p.is_file()), None)
+# the device name those tests expect (another ICD: whatever its first device is called)
+NAME = "llvmpipe" if not _OTHER else None
 
 
 def _skip_reason() -> str | None:
@@ -58,13 +60,14 @@ def _fixture(weight_type: str = "Q8_0", arch: str = "llama") -> Path:
 def test_engine_opens_lavapipe() -> None:
     eng = geist.Engine(backend="vulkan")
     assert eng.backend == "vulkan"
-    assert "llvmpipe" in eng.device
+    name = NAME or eng.device
+    assert name and name in eng.device
     eng.close()
     eng = geist.Engine(backend="vulkan", device="0")
-    assert "llvmpipe" in eng.device
+    assert name in eng.device
     eng.close()
-    eng = geist.Engine(backend="vulkan", device="llvmpipe")
-    assert "llvmpipe" in eng.device
+    eng = geist.Engine(backend="vulkan", device=name)
+    assert name in eng.device
     eng.close()
 
 
@@ -76,7 +79,8 @@ def test_auto_stays_on_the_cpu() -> None:
 
 def test_bad_device_choice_names_the_devices() -> None:
     with pytest.raises(GeistError,
-                       match=r"no device name contains 'no-such-gpu' \(devices: 0: llvmpipe"):
+                       match=r"no device name contains 'no-such-gpu' \(devices: 0: "
+                       + (NAME or "")):
         geist.Engine(backend="vulkan", device="no-such-gpu")
     with pytest.raises(GeistError, match="no device with index 7"):
         geist.Engine(backend="vulkan", device=7)
@@ -104,6 +108,13 @@ def test_weights_imported_in_place(how: str) -> None:
     else:
         model = geist.Model.from_buffer(path.read_bytes(), engine=eng)
     mem = model.memory()
+    if how == "file" and NAME is None and mem["imported"] == 0:
+        # another driver (the NVIDIA H200's) refuses the file mapping's pages: uploaded, the
+        # documented fallback (docs/MEMORY.md)
+        assert mem["device_local"] >= mem["weights_aliased"] == 0 and mem["device_local"] > 0
+        model.close()
+        eng.close()
+        return
     # one copy of the weights: the caller's pages (or the file mapping), imported, none on the
     # device beside them
     assert mem["imported"] >= mem["weights_aliased"] > 0
@@ -147,3 +158,26 @@ def test_sessions_the_device_cannot_run_are_refused_with_a_clear_error() -> None
         model.session(max_seq_len=32)
     model.close()
     eng.close()
+
+
+def test_cli_inspect_shows_the_device_and_the_memory_split() -> None:
+    import json
+    import subprocess
+    import sys
+
+    path = _fixture()
+    res = subprocess.run([sys.executable, "-m", "geist.cli", "inspect", str(path), "--backend",
+                          "vulkan", "--json"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(Path(geist.__file__).parents[1])})
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["backend"] == "vulkan" and (NAME or "") in out["device"] and out["device"]
+    split = out["split"]
+    # the weights are on the device or read there in place; the host keeps its small tables
+    assert split["device_local"] + split["imported"] >= path.stat().st_size // 2
+    assert 0 < split["host_owned"] < path.stat().st_size // 10
+    assert split["staging"] == 0
+    res = subprocess.run([sys.executable, "-m", "geist.cli", "inspect", str(path), "--backend",
+                          "vulkan"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(Path(geist.__file__).parents[1])})
+    assert res.returncode == 0 and "memory split (bytes): host_owned" in res.stdout, res.stderr
