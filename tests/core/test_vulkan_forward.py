@@ -90,7 +90,7 @@ PROMPT = [int(v) for v in np.random.default_rng(3).integers(1, 300, 8)]
 @pytest.mark.parametrize(("weight_type", "kv_mode"),
                          [("F32", "f32"), ("F16", "f16"), ("Q8_0", "f16"), ("Q8_0", "f32"),
                           ("Q4_0", "f16"), ("Q4_1", "f16"), ("Q5_0", "f16"), ("Q4_K", "f16"),
-                          ("Q6_K", "f16")])
+                          ("Q6_K", "f16"), ("Q8_0", "int8")])
 def test_fixture_matches_cpu_scalar(weight_type: str, kv_mode: str) -> None:
     path = testing.fixture_path("llama", weight_type)
     ref_ids, ref = _teacher_forced(path, "cpu_scalar", PROMPT, None, 32, kv_mode)
@@ -130,8 +130,8 @@ def test_eight_sessions_in_one_step_match_each_alone() -> None:
 def test_kv_modes_the_device_lacks_are_refused() -> None:
     eng = geist.Engine(backend="vulkan")
     with geist.Model.load(testing.fixture_path("llama", "Q8_0"), engine=eng) as m:
-        for mode in ("int4", "int8", "kivi2"):
-            with pytest.raises(GeistError, match=r"supported: 0 = F32, 1 = F16"):
+        for mode in ("int4", "kivi2"):
+            with pytest.raises(GeistError, match=r"supported: 0 = F32, 1 = F16, 2 = INT8"):
                 m.session(max_seq_len=32, kv_mode=mode)
     eng.close()
 
@@ -146,11 +146,12 @@ def test_unsupported_models_are_refused(arch: str, weight_type: str, match: str)
     eng.close()
 
 
-def test_snapshot_restore_fork_truncate() -> None:
+@pytest.mark.parametrize("kv_mode", ["f16", "int8"])
+def test_snapshot_restore_fork_truncate(kv_mode: str) -> None:
     path = testing.fixture_path("llama", "Q8_0")
     eng = geist.Engine(backend="vulkan")
     with geist.Model.load(path, engine=eng) as m:
-        s = m.session(max_seq_len=48, kv_mode="f16")
+        s = m.session(max_seq_len=48, kv_mode=kv_mode)
         s.prefill(PROMPT)
         image = s.snapshot()
         after = s.eval([5, 6, 7])
@@ -158,7 +159,7 @@ def test_snapshot_restore_fork_truncate() -> None:
         s.truncate(len(PROMPT))
         assert np.array_equal(s.eval([5, 6, 7]), after)
         # restore into a fresh session, and fork it
-        r = m.session(max_seq_len=48, kv_mode="f16")
+        r = m.session(max_seq_len=48, kv_mode=kv_mode)
         r.restore(image)
         f = r.fork()
         assert np.array_equal(r.eval([5, 6, 7]), after)

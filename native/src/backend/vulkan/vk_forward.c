@@ -9,7 +9,7 @@
  * 8-bit activations made on the device as cpu_scalar makes them (quant.comp; act_quant.h),
  * dotted in exact integer block sums; F32/F16 weights take float activations. The norms, rotary, attention and SiLU follow the CPU's plain arithmetic
  * (shaders' comments), so quantized models mostly agree with cpu_scalar bit for bit.
- * KV: F32 or F16 per session, max_seq_len rows per layer, in session/kv.c's
+ * KV: F32, F16 or INT8 per session, max_seq_len rows per layer, in session/kv.c's
  * row format (kv_read/kv_write move host images). */
 #include <math.h>
 #include <stdio.h>
@@ -70,6 +70,7 @@ struct gt_dev_kv {
     vbuf b;
     int32_t mode, max_seq, n_layer;
     uint32_t kd, vd;          /* values per position */
+    uint32_t krow, vrow;      /* bytes per position (session/kv.c's row format) */
     uint64_t layer_words;     /* 32-bit words per layer (K then V) */
     uint64_t k_words;         /* words of a layer's K part */
 };
@@ -424,10 +425,12 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
 
 geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv **out, gt_err *err) {
     if (!vm->fwd) return gt_fail(err, GEIST_ERR_UNSUPPORTED, "%s", vm->refuse);
-    if (d->kv_mode != GEIST_KV_F32 && d->kv_mode != GEIST_KV_F16)
+    const gt_config *cf = &vm->model->cfg;
+    if (d->kv_mode != GEIST_KV_F32 && d->kv_mode != GEIST_KV_F16 &&
+        (d->kv_mode != GEIST_KV_INT8 || cf->head_dim_k % 4 || cf->head_dim_v % 4))
         return gt_fail(err, GEIST_ERR_UNSUPPORTED,
                        "vulkan: KV mode %d is not supported on the device (supported: 0 = F32, "
-                       "1 = F16)", (int)d->kv_mode);
+                       "1 = F16, 2 = INT8)", (int)d->kv_mode);
     for (int32_t il = 0; il < d->n_layer; il++)
         if (d->rows[il] != d->max_seq_len)
             return gt_fail(err, GEIST_ERR_UNSUPPORTED,
@@ -446,9 +449,16 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
     kv->n_layer = d->n_layer;
     kv->kd = (uint32_t)(c->n_head_kv * c->head_dim_k);
     kv->vd = (uint32_t)(c->n_head_kv * c->head_dim_v);
-    const uint64_t per = d->kv_mode == GEIST_KV_F16 ? 2 : 4;
-    kv->k_words = (uint64_t)kv->max_seq * kv->kd * per / 4;
-    kv->layer_words = kv->k_words + (uint64_t)kv->max_seq * kv->vd * per / 4;
+    const uint32_t per = d->kv_mode == GEIST_KV_F16 ? 2 : 4;
+    if (d->kv_mode == GEIST_KV_INT8) { /* per KV head: f32 scale + head_dim codes */
+        kv->krow = (uint32_t)c->n_head_kv * (4u + (uint32_t)c->head_dim_k);
+        kv->vrow = (uint32_t)c->n_head_kv * (4u + (uint32_t)c->head_dim_v);
+    } else {
+        kv->krow = kv->kd * per;
+        kv->vrow = kv->vd * per;
+    }
+    kv->k_words = (uint64_t)kv->max_seq * kv->krow / 4;
+    kv->layer_words = kv->k_words + (uint64_t)kv->max_seq * kv->vrow / 4;
     const uint64_t bytes = kv->layer_words * 4 * (uint64_t)d->n_layer;
     if (bytes > vm->ctx->probe.max_buffer || kv->layer_words * (uint64_t)d->n_layer > UINT32_MAX) {
         free(kv);
@@ -483,17 +493,16 @@ geist_status gt_vk_kv_io(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n, 
         return gt_fail(err, GEIST_ERR_UNSUPPORTED,
                        "vulkan: this device's KV memory is not host-visible: snapshots, restore "
                        "and fork of device sessions are not supported on it yet");
-    const size_t per = kv->mode == GEIST_KV_F16 ? 2 : 4;
     uint8_t *base = (uint8_t *)kv->b.map + (size_t)layer * kv->layer_words * 4;
-    uint8_t *dk = base + (size_t)row0 * kv->kd * per;
-    uint8_t *dv = base + kv->k_words * 4 + (size_t)row0 * kv->vd * per;
+    uint8_t *dk = base + (size_t)row0 * kv->krow;
+    uint8_t *dv = base + kv->k_words * 4 + (size_t)row0 * kv->vrow;
     pthread_mutex_lock(&kv->vm->fwd->lock); /* no step writes while we copy */
     if (write) {
-        memcpy(dk, k, (size_t)n * kv->kd * per);
-        memcpy(dv, v, (size_t)n * kv->vd * per);
+        memcpy(dk, k, (size_t)n * kv->krow);
+        memcpy(dv, v, (size_t)n * kv->vrow);
     } else {
-        memcpy(k, dk, (size_t)n * kv->kd * per);
-        memcpy(v, dv, (size_t)n * kv->vd * per);
+        memcpy(k, dk, (size_t)n * kv->krow);
+        memcpy(v, dv, (size_t)n * kv->vrow);
     }
     pthread_mutex_unlock(&kv->vm->fwd->lock);
     return GEIST_OK;
@@ -672,18 +681,23 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         for (int32_t g = 0; g < n_groups; g++) {
             const gt_dev_kv *kv = groups[g].kv;
             const uint32_t k_at = (uint32_t)((uint64_t)il * kv->layer_words);
-            const uint32_t pc[7] = {(uint32_t)groups[g].r0, (uint32_t)groups[g].n, kd, vd, k_at,
-                                    k_at + (uint32_t)kv->k_words, kv->mode == GEIST_KV_F16};
+            const bool i8 = kv->mode == GEIST_KV_INT8;
+            const uint32_t pc[10] = {(uint32_t)groups[g].r0, (uint32_t)groups[g].n, kd, vd, k_at,
+                                     k_at + (uint32_t)kv->k_words, (uint32_t)kv->mode,
+                                     (uint32_t)cf->n_head_kv, (uint32_t)cf->head_dim_k,
+                                     (uint32_t)cf->head_dim_v};
             const VkBuffer b[N_BIND] = {0, fw->in.buf, fw->k.buf, fw->v.buf, 0, 0, kv->b.buf, 0};
-            dispatch(&r, P_KVSTORE, b, pc, sizeof pc, ((uint32_t)groups[g].n * (kd + vd) / 2 + 63) / 64);
+            const uint32_t inv = i8 ? (uint32_t)groups[g].n * 2u * (uint32_t)cf->n_head_kv
+                                    : (uint32_t)groups[g].n * (kd + vd) / 2;
+            dispatch(&r, P_KVSTORE, b, pc, sizeof pc, (inv + 63) / 64);
         }
         for (int32_t g = 0; g < n_groups; g++) {
             const gt_dev_kv *kv = groups[g].kv;
             const uint32_t k_at = (uint32_t)((uint64_t)il * kv->layer_words);
-            struct { uint32_t row0, n_head, n_head_kv, hk, hv, k_at, v_at, f16, s_stride; float scale; } pc = {
+            struct { uint32_t row0, n_head, n_head_kv, hk, hv, k_at, v_at, mode, s_stride; float scale; } pc = {
                 (uint32_t)groups[g].r0, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv,
                 (uint32_t)cf->head_dim_k, (uint32_t)cf->head_dim_v, k_at,
-                k_at + (uint32_t)kv->k_words, kv->mode == GEIST_KV_F16, (uint32_t)fw->cap_ctx,
+                k_at + (uint32_t)kv->k_words, (uint32_t)kv->mode, (uint32_t)fw->cap_ctx,
                 cf->attn_scale};
             const VkBuffer b[N_BIND] = {0, fw->in.buf, fw->q.buf, fw->att.buf, 0, fw->sc.buf, kv->b.buf, 0};
             dispatch(&r, P_ATTN, b, &pc, sizeof pc, (uint32_t)groups[g].n * (uint32_t)cf->n_head);

@@ -10,17 +10,19 @@ layout(std430, binding = 3) writeonly buffer Ob { float O[]; };
 layout(std430, binding = 5) coherent buffer Sb { float S[]; };
 layout(std430, binding = 6) readonly buffer KVb { uint KV[]; };
 layout(push_constant) uniform P {
-    uint row0, n_head, n_head_kv, hk, hv, k_at, v_at, f16, s_stride;
+    uint row0, n_head, n_head_kv, hk, hv, k_at, v_at, mode, s_stride;
     float scale;
 } p;
 shared float red[64];
 #include "vexp.glsl"
 float kv_at(uint word0, uint i) {
-    if (p.f16 != 0u) return unpackHalf2x16(KV[word0 + (i >> 1)])[i & 1u];
+    if (p.mode == 1u) return unpackHalf2x16(KV[word0 + (i >> 1)])[i & 1u];
     return uintBitsToFloat(KV[word0 + i]);
 }
 // session/kv.c's arithmetic on the plain path: q.k in 8 lanes reduced as reduce8, then the tail;
-// F16 caches: softmax_f16_plain (e^x by gt_vexp1, the sum in 8 lanes by position); F32: e^x by
+// INT8 caches (mode 2): per row and KV head an f32 scale and int8 codes, q.k summed in channel
+// order then scaled, as kv.c. F16 caches: softmax_f16_plain (e^x by gt_vexp1, the sum in 8
+// lanes by position); F32 and INT8: e^x by
 // exp and the same lanes (kv.c sums in double there: rounding apart); out += w * v in position
 // order; no fused multiply-adds anywhere.
 void main() {
@@ -34,7 +36,22 @@ void main() {
     uint sb = gl_WorkGroupID.x * p.s_stride;
     float mx = -1.0 / 0.0;
     uint n8 = p.hk / 8u * 8u;
+    uint kw8 = p.n_head_kv * (1u + p.hk / 4u), vw8 = p.n_head_kv * (1u + p.hv / 4u);
     for (uint j = lid; j < n_ctx; j += 64u) {
+        if (p.mode == 2u) { // INT8: one sum in channel order, times the row's scale (kv.c)
+            uint r0 = p.k_at + j * kw8 + g * (1u + p.hk / 4u);
+            precise float acc = 0.0;
+            for (uint i = 0u; i < p.hk; i++) {
+                int cd = int(KV[r0 + 1u + (i >> 2)] << (24u - 8u * (i & 3u))) >> 24;
+                precise float pr = Q[qb + i] * float(cd);
+                acc = acc + pr;
+            }
+            precise float dt = acc * uintBitsToFloat(KV[r0]);
+            precise float sc8 = dt * p.scale;
+            S[sb + j] = sc8;
+            mx = max(mx, sc8);
+            continue;
+        }
         uint kb = p.k_at;
         uint ro = j * kd + g * p.hk;
         float l[8];
@@ -68,7 +85,7 @@ void main() {
         precise float sum = 0.0;
         for (uint j = lid; j < n_ctx; j += 8u) {
             precise float x = S[sb + j] - mx;
-            float e = p.f16 != 0u ? vexp1(x) : exp(x);
+            float e = p.mode == 1u ? vexp1(x) : exp(x);
             S[sb + j] = e;
             sum = sum + e;
         }
@@ -80,6 +97,18 @@ void main() {
     float inv = fdiv_rn(1.0, tot);
     for (uint i = lid; i < p.hv; i += 64u) {
         precise float o = 0.0;
+        if (p.mode == 2u) {
+            for (uint j = 0u; j < n_ctx; j++) {
+                uint r0 = p.v_at + j * vw8 + g * (1u + p.hv / 4u);
+                precise float w = S[sb + j] * inv;
+                precise float ws = w * uintBitsToFloat(KV[r0]);
+                int cd = int(KV[r0 + 1u + (i >> 2)] << (24u - 8u * (i & 3u))) >> 24;
+                precise float pr = ws * float(cd);
+                o = o + pr;
+            }
+            O[(t * p.n_head + h) * p.hv + i] = o;
+            continue;
+        }
         for (uint j = 0u; j < n_ctx; j++) {
             precise float w = S[sb + j] * inv;
             precise float pr = w * kv_at(p.v_at, j * vd + g * p.hv + i);
