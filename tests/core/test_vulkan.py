@@ -109,8 +109,8 @@ def test_weights_imported_in_place(how: str) -> None:
         model = geist.Model.from_buffer(path.read_bytes(), engine=eng)
     mem = model.memory()
     if how == "file" and NAME is None and mem["imported"] == 0:
-        # another driver (the NVIDIA H200's) refuses the file mapping's pages: uploaded, the
-        # documented fallback (docs/MEMORY.md)
+        # a discrete GPU (the NVIDIA H200): a file's pages are uploaded, never imported
+        # (docs/MEMORY.md)
         assert mem["device_local"] >= mem["weights_aliased"] == 0 and mem["device_local"] > 0
         model.close()
         eng.close()

@@ -284,7 +284,12 @@ geist_status gt_vk_model_init(gt_vk_ctx *c, geist_model *m, bool load_file, gt_v
         return st;
     }
     vm->memory.host_owned = sizeof *vm + (uint64_t)vm->n_chunks * sizeof *vm->chunks;
-    if (!(c->allow_import && try_import(c, vm, g->base, g->size))) {
+    /* A file's pages are imported only on unified memory: a discrete GPU would read them over the
+     * bus at every step, and the upload lets the pages go (seen on the NVIDIA H200, driver 580:
+     * the driver refused the file mapping's import, and device allocations of the upload after
+     * that refused attempt failed for fixtures above ~8 MB). */
+    const bool may_import = c->allow_import && (!load_file || c->probe.unified_memory);
+    if (!(may_import && try_import(c, vm, g->base, g->size))) {
         st = upload(c, vm, g->base, err);
         if (st) {
             gt_vk_model_free(vm);
