@@ -338,7 +338,30 @@ static void test_writable(void) {
     gt_mtl_plan_free(&p);
 }
 
+/* The KV buffer's layout (F32/F16 rows of session/kv.c): sizes, refusals, overflow. */
+static void test_kv(void) {
+    gt_err err = {0};
+    gt_mtl_kv_layout k;
+    /* SmolLM2-135M: 30 layers, 3 KV heads of 64, cap 256, F16 (docs/MEMORY.md: 5,898,240) */
+    CHECK(gt_mtl_kv_plan(GEIST_KV_F16, 256, 30, 3 * 64, 3 * 64, 1 * GiB, &k, &err) == GEIST_OK);
+    CHECK(k.elem == 2 && k.k_bytes == 256 * 192 * 2 && k.layer_bytes == 2 * k.k_bytes &&
+          k.total == 30 * k.layer_bytes && k.total == 5898240);
+    CHECK(gt_mtl_kv_plan(GEIST_KV_F32, 7, 2, 3, 5, 1 * GiB, &k, &err) == GEIST_OK &&
+          k.k_bytes == 84 && k.layer_bytes == 84 + 140 && k.total == 448);
+    CHECK(gt_mtl_kv_plan(GEIST_KV_INT8, 256, 30, 192, 192, 1 * GiB, &k, &err) ==
+              GEIST_ERR_UNSUPPORTED && strstr(err.msg, "supported: 0 = F32, 1 = F16"));
+    CHECK(gt_mtl_kv_plan(GEIST_KV_F16, 0, 30, 192, 192, 1 * GiB, &k, &err) ==
+          GEIST_ERR_INVALID_ARGUMENT);
+    CHECK(gt_mtl_kv_plan(GEIST_KV_F16, 256, -1, 192, 192, 1 * GiB, &k, &err) ==
+          GEIST_ERR_INVALID_ARGUMENT);
+    CHECK(gt_mtl_kv_plan(GEIST_KV_F32, INT32_MAX, INT32_MAX, UINT64_MAX / 2, 1, UINT64_MAX, &k,
+                         &err) == GEIST_ERR_INVALID_ARGUMENT && strstr(err.msg, "overflows"));
+    CHECK(gt_mtl_kv_plan(GEIST_KV_F16, 32768, 30, 192, 192, 256 * MiB, &k, &err) ==
+              GEIST_ERR_UNSUPPORTED && strstr(err.msg, "maxBufferLength") && k.total == 0);
+}
+
 int main(void) {
+    test_kv();
     test_hostile();
     test_unaligned();
     test_big_span();

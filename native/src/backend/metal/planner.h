@@ -96,4 +96,20 @@ typedef struct gt_mtl_plan {
 geist_status gt_mtl_plan_make(const gt_mtl_plan_in *in, gt_mtl_plan *out, gt_err *err);
 void gt_mtl_plan_free(gt_mtl_plan *p);
 
+/* A session's KV in one Metal buffer, in session/kv.c's row format for F32 and F16 (the modes the
+ * device kernels read): per layer the K rows of max_seq positions (kd values each), then the V
+ * rows (vd values each). */
+typedef struct gt_mtl_kv_layout {
+    uint32_t elem;        /* bytes per value: 4 (F32) or 2 (F16) */
+    uint64_t k_bytes;     /* a layer's K part */
+    uint64_t layer_bytes; /* a layer: K then V */
+    uint64_t total;       /* n_layer layers */
+} gt_mtl_kv_layout;
+
+/* Fails with GEIST_ERR_UNSUPPORTED naming the supported modes for another mode, or when the KV
+ * would exceed maxBufferLength; GEIST_ERR_INVALID_ARGUMENT for counts <= 0 or sizes that
+ * overflow. */
+geist_status gt_mtl_kv_plan(int32_t kv_mode, int32_t max_seq, int32_t n_layer, uint64_t kd,
+                            uint64_t vd, uint64_t max_buffer, gt_mtl_kv_layout *out, gt_err *err);
+
 #endif
