@@ -185,8 +185,10 @@ static geist_status reserve(gt_mtl_ctx *c, uint64_t bytes, const char *what, gt_
     if (bytes > cap || used > cap - bytes) {
         atomic_fetch_sub(&c->used, bytes);
         return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY,
-                       "metal: %s need %.1f MiB; %s has %.1f MiB left of %.1f MiB", what,
+                       "metal: %s need %.1f MiB; %s has %.1f MiB left (%s %.1f MiB)", what,
                        bytes / 1048576.0, c->probe.name, (cap > used ? cap - used : 0) / 1048576.0,
+                       c->memory_limit ? "the engine's device_memory_limit is"
+                                       : "its recommended working set is",
                        cap / 1048576.0);
     }
     return GEIST_OK;
