@@ -287,10 +287,10 @@ static geist_status mtl_model_init(void *ctx, struct geist_model *m, bool load_f
         mm->ctx = c;
         mm->model = m;
         pthread_mutex_init(&mm->lock, NULL);
-        /* load_file: our own read-only mapping; load_from_memory: the caller's bytes, which the
-         * API's contract keeps unchanged until the model is freed (the permission to alias them)
-         * unless the engine said GEIST_DEVICE_NO_IMPORT */
-        geist_status st = plan_weights(mm, !load_file, c->allow_alias, err);
+        /* load_file: our own read-only mapping; load_from_memory: the caller's bytes (writable,
+         * for all we know), which geist.h's contract keeps unchanged until the model is freed:
+         * the permission to alias them. GEIST_DEVICE_NO_IMPORT withdraws it for both: copies. */
+        geist_status st = plan_weights(mm, !load_file || !c->allow_alias, c->allow_alias, err);
         bool refused = false;
         if (!st) st = make_buffers(mm, &refused, err);
         if (!st && refused) { /* Metal would not wrap these pages: copy everything, say so */
