@@ -4,12 +4,16 @@
  * tensor's (view, offset), copies counted for what cannot be wrapped, and clear errors for hostile
  * input (sizes and addresses near UINT64_MAX, pages that are not powers of two, tensors outside
  * the span or larger than maxBufferLength). The planner never touches the span's memory, so the
- * spans here are addresses only (up to 4.64 GiB, none allocated). */
+ * synthetic spans here are addresses only (up to 4.64 GiB, none allocated); two real fixture
+ * files (tests/fuzz/corpus/gguf/, paths relative to the repository root, or argv[1], argv[2])
+ * are planned as metal.m plans them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/metal/planner.h"
+#include "gguf/gguf.h"
+#include "util/platform.h"
 
 static int fails = 0;
 #define CHECK(c)                                                                                   \
@@ -360,7 +364,67 @@ static void test_kv(void) {
               GEIST_ERR_UNSUPPORTED && strstr(err.msg, "maxBufferLength") && k.total == 0);
 }
 
-int main(void) {
+/* What metal.m plans for a real model file (gt_mtl_plan_gguf over a read-only, page-aligned
+ * file mapping: load(path), or load_from_memory of such bytes): owned weight bytes 0, every
+ * tensor bound at its own bytes; with tiny maxBufferLengths, overlapping views; writable bytes
+ * without permission to alias: every tensor copied and counted. */
+static void test_real_file(const char *path) {
+    void *map = NULL;
+    size_t size = 0;
+    char why[256];
+    if (gt_map_file(path, &map, &size, why, sizeof why) != GT_MAP_OK) {
+        printf("FAIL: cannot map %s (run from the repository root): %s\n", path, why);
+        fails++;
+        return;
+    }
+    gguf_file g;
+    gt_err err = {0};
+    if (gt_gguf_parse(map, size, &g, &err) != GEIST_OK) {
+        printf("FAIL: %s: %s\n", path, err.msg);
+        fails++;
+        gt_unmap_file(map, size);
+        return;
+    }
+    uint64_t largest = 0, tensor_bytes = 0;
+    for (uint64_t i = 0; i < g.n_tensors; i++) {
+        if (g.tensors[i].nbytes > largest) largest = g.tensors[i].nbytes;
+        tensor_bytes += g.tensors[i].nbytes;
+    }
+    CHECK(g.n_tensors > 10 && (uintptr_t)map % 4096 == 0);
+    const uint64_t page = 4096, A = (size + page - 1) / page * page;
+    const uint64_t maxes[] = {1 * GiB, (largest + page - 1) / page * page + 2 * page,
+                              (largest + page - 1) / page * page + page + 100};
+    for (size_t k = 0; k < 3; k++) {
+        gt_mtl_plan p;
+        CHECK(gt_mtl_plan_gguf(&g, page, maxes[k], false, false, &p, &err) == GEIST_OK);
+        CHECK(p.copied == 0 && p.copied_tensors == 0 && p.wrapped == A);
+        CHECK(k == 0 ? p.n_views == 1 : p.n_views > 1);
+        for (uint64_t i = 0; i < g.n_tensors && p.place; i++) {
+            const gt_mtl_place *q = &p.place[i];
+            CHECK(q->where == GT_MTL_IN_VIEW);
+            if (q->where != GT_MTL_IN_VIEW) continue;
+            const gt_mtl_view *v = &p.views[q->index];
+            CHECK(v->addr + q->offset == (uint64_t)(uintptr_t)g.tensors[i].data);
+            CHECK(q->offset + g.tensors[i].nbytes <= v->length);
+        }
+        gt_mtl_plan_free(&p);
+    }
+    gt_mtl_plan p;
+    CHECK(gt_mtl_plan_gguf(&g, 16 * KiB, 1 * GiB, true, false, &p, &err) == GEIST_OK);
+    CHECK(p.n_views == 0 && p.wrapped == 0 && p.copied_tensors == g.n_tensors &&
+          p.copied >= tensor_bytes && p.n_copies == 1);
+    gt_mtl_plan_free(&p);
+    /* a maxBufferLength below the largest tensor: refused, naming it */
+    CHECK(gt_mtl_plan_gguf(&g, page, largest - 1, false, false, &p, &err) ==
+              GEIST_ERR_UNSUPPORTED &&
+          strstr(err.msg, "maxBufferLength") && strstr(err.msg, "('") && p.views == NULL);
+    gt_gguf_free(&g);
+    gt_unmap_file(map, size);
+}
+
+int main(int argc, char **argv) {
+    test_real_file(argc > 1 ? argv[1] : "tests/fuzz/corpus/gguf/llama_q8.gguf");
+    test_real_file(argc > 2 ? argv[2] : "tests/fuzz/corpus/gguf/gemma3_q8.gguf");
     test_kv();
     test_hostile();
     test_unaligned();

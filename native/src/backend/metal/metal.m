@@ -214,24 +214,8 @@ static void model_free(gt_mtl_model *mm) {
 }
 
 static geist_status plan_weights(gt_mtl_model *mm, bool writable, bool allow_alias, gt_err *err) {
-    const gguf_file *g = &mm->model->gguf;
-    const size_t n = (size_t)g->n_tensors;
-    gt_mtl_tensor *t = calloc(n ? n : 1, sizeof *t);
-    if (!t) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (metal weight plan)");
-    for (size_t i = 0; i < n; i++)
-        t[i] = (gt_mtl_tensor){g->data_offset + g->tensors[i].offset, g->tensors[i].nbytes};
-    const gt_mtl_plan_in in = {.base = (uint64_t)(uintptr_t)g->base, .span = g->size,
-                               .page = mm->ctx->page, .max_buffer = mm->ctx->probe.max_buffer,
-                               .writable = writable, .allow_alias = allow_alias,
-                               .tensors = t, .n_tensors = n};
-    gt_err e = {0};
-    geist_status st = gt_mtl_plan_make(&in, &mm->plan, &e);
-    free(t);
-    if (st && mm->plan.bad_tensor >= 0) {
-        const gguf_tensor *bt = &g->tensors[mm->plan.bad_tensor];
-        return gt_fail(err, st, "%s ('%.*s')", e.msg, (int)bt->name.len, bt->name.ptr);
-    }
-    return st ? gt_fail(err, st, "%s", e.msg) : GEIST_OK;
+    return gt_mtl_plan_gguf(&mm->model->gguf, mm->ctx->page, mm->ctx->probe.max_buffer, writable,
+                            allow_alias, &mm->plan, err);
 }
 
 /* The planner's buffers; *refused when Metal would not wrap a view (the caller then copies). */

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf/gguf.h"
+
 static bool is_pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 static uint64_t down(uint64_t v, uint64_t p) { return v & ~(p - 1); }
 static bool up(uint64_t v, uint64_t p, uint64_t *r) {
@@ -248,4 +250,28 @@ geist_status gt_mtl_kv_plan(int32_t kv_mode, int32_t max_seq, int32_t n_layer, u
                        (int)max_seq, (unsigned long long)total, (unsigned long long)max_buffer);
     *out = (gt_mtl_kv_layout){(uint32_t)elem, kb, lb, total};
     return GEIST_OK;
+}
+
+geist_status gt_mtl_plan_gguf(const gguf_file *g, uint64_t page, uint64_t max_buffer,
+                              bool writable, bool allow_alias, gt_mtl_plan *out, gt_err *err) {
+    const size_t n = (size_t)g->n_tensors;
+    gt_mtl_tensor *t = gt_malloc_array(n ? n : 1, sizeof *t);
+    if (!t) {
+        memset(out, 0, sizeof *out);
+        out->bad_tensor = -1;
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (metal weight plan)");
+    }
+    for (size_t i = 0; i < n; i++)
+        t[i] = (gt_mtl_tensor){g->data_offset + g->tensors[i].offset, g->tensors[i].nbytes};
+    const gt_mtl_plan_in in = {.base = (uint64_t)(uintptr_t)g->base, .span = g->size,
+                               .page = page, .max_buffer = max_buffer, .writable = writable,
+                               .allow_alias = allow_alias, .tensors = t, .n_tensors = n};
+    gt_err e = {0};
+    const geist_status st = gt_mtl_plan_make(&in, out, &e);
+    free(t);
+    if (st && out->bad_tensor >= 0) {
+        const gguf_tensor *bt = &g->tensors[out->bad_tensor];
+        return gt_fail(err, st, "%s ('%.*s')", e.msg, (int)bt->name.len, bt->name.ptr);
+    }
+    return st ? gt_fail(err, st, "%s", e.msg) : GEIST_OK;
 }

@@ -96,6 +96,13 @@ typedef struct gt_mtl_plan {
 geist_status gt_mtl_plan_make(const gt_mtl_plan_in *in, gt_mtl_plan *out, gt_err *err);
 void gt_mtl_plan_free(gt_mtl_plan *p);
 
+/* The plan for a parsed model's weights (metal.m's call): the span is the GGUF bytes
+ * [g->base, g->base + g->size), each tensor its bytes at data_offset + offset. On a tensor's
+ * error the message names the tensor. */
+struct gguf_file;
+geist_status gt_mtl_plan_gguf(const struct gguf_file *g, uint64_t page, uint64_t max_buffer,
+                              bool writable, bool allow_alias, gt_mtl_plan *out, gt_err *err);
+
 /* A session's KV in one Metal buffer, in session/kv.c's row format for F32 and F16 (the modes the
  * device kernels read): per layer the K rows of max_seq positions (kd values each), then the V
  * rows (vd values each). */
