@@ -127,3 +127,42 @@ def test_a_broken_kernel_fails_the_translation(tmp_path: Path) -> None:
     bad.write_bytes(bytes(data))
     r = translate(bad)
     assert r.returncode != 0
+
+
+STEP_C = ROOT / "native" / "src" / "backend" / "metal" / "step.c"
+
+
+def step_table() -> dict[str, tuple[set[int], int, int]]:
+    """metal/step.c's gt_mtl_kernels: per kernel the bindings, push-constant bytes, local size."""
+    src = STEP_C.read_text(encoding="utf-8")
+    rows = re.findall(r'\[GT_MTL_K_\w+\] = \{"(\w+)", ([^,]+), (\d+) \* 4, (\d+)\}', src)
+    return {name: ({int(b) for b in re.findall(r"B\((\d)\)", binds)}, 4 * int(words), int(local))
+            for name, binds, words, local in rows}
+
+
+def test_the_dispatch_plan_binds_what_each_kernel_declares() -> None:
+    # metal.m encodes each kernel's argument buffer from step.c's table: the members it sets must
+    # be exactly the [[id(n)]] members SPIRV-Cross emitted (setting an absent id is out of the
+    # encoder's range), the push constants setBytes'd at buffer(1) exactly the size of the MSL
+    # `struct P`, and the threadgroup as wide as the GLSL local_size_x
+    table = step_table()
+    assert sorted(table) == kernels(), (sorted(table), kernels())
+    for name, (binds, pc_bytes, local) in table.items():
+        built = BUILD / "msl" / f"{name}.metal"
+        assert built.is_file(), f"{built} missing: run `scons variant=release` first"
+        msl = built.read_text(encoding="utf-8")
+        struct = re.search(r"struct spvDescriptorSetBuffer0\s*\{(.*?)\};", msl, re.S)
+        assert struct, name
+        ids = {int(i) for i in re.findall(r"\[\[id\((\d+)\)\]\]", struct.group(1))}
+        assert ids == binds, (name, sorted(ids), sorted(binds))
+        # the block's type is what main0 takes at buffer(1) (glslc -O strips the GLSL names)
+        pc_type = re.search(r"constant (\w+)& \w+ \[\[buffer\(1\)\]\]", msl)
+        assert pc_type, name
+        pc = re.search(r"struct " + pc_type.group(1) + r"\s*\{(.*?)\};", msl, re.S)
+        assert pc, name
+        members = re.findall(r"^\s*(\w+) \w+;", pc.group(1), re.M)
+        assert members and set(members) <= {"uint", "float", "int"}, (name, members)
+        assert 4 * len(members) == pc_bytes, (name, members, pc_bytes)
+        size = re.search(r"gl_WorkGroupSize \[\[maybe_unused\]\] = uint3\((\d+)u, (\d+)u, (\d+)u\)",
+                         msl)
+        assert size and size.groups() == (str(local), "1", "1"), (name, size)
