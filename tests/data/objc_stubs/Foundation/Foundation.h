@@ -5,6 +5,8 @@
 #pragma once
 #include <stdint.h>
 typedef unsigned long NSUInteger; typedef long NSInteger; typedef signed char BOOL;
+#define YES ((BOOL)1)
+#define NO ((BOOL)0)
 typedef const void *CFTypeRef;
 #define nil ((id)0)
 @class NSString;
