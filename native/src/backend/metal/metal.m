@@ -378,6 +378,7 @@ static geist_status make_encoders(gt_mtl_model *mm, gt_err *err) {
             return gt_fail(err, GEIST_ERR_INTERNAL,
                            "metal: no argument encoder for kernel '%s' (buffer 0)",
                            gt_mtl_kernels[k].name);
+        drop(&fw->encoders[k]); /* a retry after a failure */
         fw->encoders[k] = CFBridgingRetain(ae);
         if (ae.encodedLength > len) len = ae.encodedLength;
         if (ae.alignment > align) align = ae.alignment;
