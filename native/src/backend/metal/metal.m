@@ -7,7 +7,8 @@
  * Everything in it that can be portable C is portable C and tested on Linux: the buffer planner
  * and the KV layout (planner.c, native/tests/test_metal_planner.c), the forward pass's dispatch
  * plan and refusals (step.c, native/tests/test_metal_step.c; its binding table checked against
- * the translated kernels by tests/core/test_msl.py) and the kernels' MSL (SPIRV-Cross at build
+ * the translated kernels by tests/core/test_msl.py; the plan run with the same SPIR-V kernels on
+ * lavapipe against cpu_scalar by tests/core/test_metal_step_vk.py) and the kernels' MSL (SPIRV-Cross at build
  * time, tests/core/test_msl.py).
  *
  * What it does (the device interface of backend.h, mirroring backend/vulkan):
