@@ -15,7 +15,14 @@ struct gt_tokenizer;
 struct gt_pool;
 struct gt_runtime;
 
-typedef enum gt_arch { GT_ARCH_LLAMA = 0, GT_ARCH_GEMMA3 = 1 } gt_arch;
+typedef enum gt_arch {
+    GT_ARCH_LLAMA = 0,
+    GT_ARCH_GEMMA3 = 1,
+    GT_ARCH_QWEN2 = 2,
+    GT_ARCH_QWEN3 = 3,
+    GT_ARCH_PHI3 = 4,
+    GT_ARCH_GEMMA2 = 5
+} gt_arch;
 typedef enum gt_rope_style {
     GT_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]) */
     GT_ROPE_NEOX = 1  /* rotate x[i] with x[i + n_rot/2] */
@@ -31,7 +38,12 @@ typedef struct gt_config {
     float eps;
     float rope_base, rope_base_local; /* global layers / sliding-window layers */
     float rope_scale_global;          /* position multiplier (linear rope scaling), 1 = none */
+    float rope_scale_local;           /* sliding-window layers' (Gemma 3: 1; else the global) */
     float attn_scale, embed_scale;
+    /* tanh soft-capping (Gemma 2): scores = cap * tanh(scores / cap) after the attention scale,
+     * logits likewise after the output product; 0 = none */
+    float attn_softcap, final_softcap;
+    bool rope_freq_factors; /* the file's rope_freqs (Llama 3.x) divide the rotary frequencies */
     gt_rope_style rope_style;
     gt_act act;
     bool qk_norm, post_norms;
@@ -46,7 +58,12 @@ typedef struct gt_vec {
 
 typedef struct gt_layer {
     gt_vec attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffn_norm;
+    /* fused files (Phi-3: attn_qkv, a 2 * n_ff ffn_up) are bound as row views of the fused
+     * tensor, so every architecture runs the same products */
     gt_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    /* optional biases (Qwen 2: q/k/v; any file: attn_output), n = 0 when absent; a fused
+     * attn_qkv.bias is owned by bq and viewed by bk, bv */
+    gt_vec bq, bk, bv, bo;
     bool sliding; /* sliding-window attention layer */
 } gt_layer;
 
