@@ -56,11 +56,11 @@ from gguf.quants import quantize
 
 __all__ = [
     "ARCHS",
+    "FAMILIES",
     "WEIGHT_TYPES",
     "FixtureSizes",
     "build_fixture",
     "default_sizes",
-    "FAMILIES",
     "family_fixture_path",
     "fixture_cache_dir",
     "fixture_path",
@@ -340,7 +340,8 @@ def _spm_vocab(n_vocab: int, specials: list[str] | None = None
     types += [int(TokenType.BYTE)] * 256
     scores += [0.0] * 256
     if n_vocab < len(tokens):
-        raise ValueError(f"SentencePiece fixtures need n_vocab >= {len(tokens)} (specials + 256 bytes)")
+        raise ValueError(
+            f"SentencePiece fixtures need n_vocab >= {len(tokens)} (specials + 256 bytes)")
     have = set(tokens)
     pieces = [p for p in _SPM_PIECES]
     letters = "etaoinshrdlucmfwypvbgk"
@@ -393,9 +394,9 @@ def build_fixture(
     """Write a small random-weight GGUF of ``arch`` whose 2-D weights are ``weight_type``.
 
     ``embed_type`` is the type of token_embd (and output), default ``weight_type`` (the real
-    models use Q8_0). ``type_overrides`` maps a tensor role ("attn_q", "attn_k", "attn_v", "attn_qkv" (phi3),
-    "attn_output", "ffn_gate", "ffn_up", "ffn_down", "token_embd", "output") to a type, for mixes
-    like Q4_K_M. ``sizes`` override fields of ``default_sizes(arch)``.
+    models use Q8_0). ``type_overrides`` maps a tensor role ("attn_q", "attn_k", "attn_v",
+    "attn_qkv" (phi3), "attn_output", "ffn_gate", "ffn_up", "ffn_down", "token_embd", "output")
+    to a type, for mixes like Q4_K_M. ``sizes`` override fields of ``default_sizes(arch)``.
     """
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS}")
