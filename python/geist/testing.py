@@ -71,7 +71,7 @@ ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
 WEIGHT_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K")
 
 # Bump when the files this module writes change, so cached fixtures are rebuilt.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 
 QK_K = 256
 
@@ -309,8 +309,11 @@ def _bpe_vocab(n_vocab: int) -> tuple[list[str], list[int], list[str]]:
 
 
 _SPM_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
-# llama-style SentencePiece (phi3, mistral): <unk> 0, <s> 1, </s> 2, then chat markers
-_LLAMA_SPM_SPECIALS = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|end|>"]
+# llama-style SentencePiece (phi3, mistral): <unk> 0, <s> 1, </s> 2, then chat markers (llama.cpp
+# requires <|endoftext|> in a model whose name says phi3)
+_LLAMA_SPM_SPECIALS = [
+    "<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>",
+]  # fmt: skip
 
 _PHI3_TEMPLATE = (
     "{% for message in messages %}{{ '<|' + message['role'] + '|>\\n' + message['content'] + "
