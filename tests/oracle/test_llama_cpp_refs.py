@@ -18,8 +18,11 @@ texts must be equal.
 
 mistral: llama.cpp reads no sliding window for the llama architecture (it attends over every
 position); geist applies attention.sliding_window as Mistral does. The two agree below the
-window (16), so logits are compared at positions < 16 there; the sliding window itself is checked
-against the numpy reference (tests/core/test_architectures.py).
+window (16), so logits are compared at positions < 16 there; past it llama.cpp equals the numpy
+reference with the window removed (test_llama_cpp_attends_past_a_llama_window), and the sliding
+window itself is checked against the numpy reference (tests/core/test_architectures.py).
+
+The numpy reference (geist.reference) is held to the same limit on the F32 fixtures.
 """
 
 from __future__ import annotations
@@ -108,3 +111,41 @@ def test_tokenization_matches_llama_cpp(path: Path) -> None:
     with geist.Model.load(fixture_of(doc)) as model:
         for text, want in zip(doc["texts"], doc["tokens"], strict=True):
             assert model.tokenize(text) == want, text
+
+
+@pytest.mark.parametrize("path", [f for f in FILES if f.stem.endswith("-F32")],
+                         ids=lambda f: f.stem)
+def test_numpy_reference_matches_llama_cpp(path: Path) -> None:
+    """geist.reference (float64, independent of the C code) on the float fixtures: the same
+    limit as the native pass."""
+    from geist.reference import ReferenceModel
+
+    doc = load(path)
+    n = compared_positions(doc)
+    got = ReferenceModel(fixture_of(doc)).forward(doc["ids"])[:n]
+    want = doc["logits"][:n]
+    rel = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
+    print(f"{path.stem} reference: max relative error {rel.max():.2e}")
+    assert rel.max() < 1e-3
+
+
+def test_llama_cpp_attends_past_a_llama_window() -> None:
+    """The mistral fixture past its window: llama.cpp (no window for the llama architecture)
+    equals the reference with the window removed at all 32 positions, and differs from geist's
+    windowed logits after position 16; geist follows the file's attention.sliding_window."""
+    from dataclasses import replace
+
+    from geist.reference import ReferenceModel
+
+    doc = load(DATA / "mistral-F32.json")
+    want = doc["logits"]
+    ref = ReferenceModel(fixture_of(doc))
+    windowed = ref.forward(doc["ids"])
+    ref.config = replace(ref.config, sliding_layers=(False,) * ref.config.n_layer)
+    unwindowed = ref.forward(doc["ids"])
+
+    def rel(got: np.ndarray) -> np.ndarray:
+        return np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
+
+    assert rel(unwindowed).max() < 1e-3
+    assert rel(windowed)[:16].max() < 1e-3 and rel(windowed)[16:].min() > 1e-2
