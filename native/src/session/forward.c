@@ -380,10 +380,11 @@ static void add_bias(float *y, const gt_vec *b) {
         for (int64_t i = 0; i < b->n; i++) y[i] += b->data[i];
 }
 
-/* cap * tanh(x / cap) over n values (Gemma 2's final logits) */
+/* cap * tanh(x / cap) over n values (Gemma 2's final logits); tanh in double rounded to float,
+ * the same bits on every platform (kv.c's softcap_scores says why) */
 static void softcap(float *x, int64_t n, float cap) {
     const float inv = 1.0f / cap;
-    for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] * inv);
+    for (int64_t i = 0; i < n; i++) x[i] = cap * (float)tanh((double)(x[i] * inv));
 }
 
 static void layer_task(void *ctx, int64_t task, float *tmp) {

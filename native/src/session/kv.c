@@ -666,11 +666,13 @@ static void seg_values(const kv_seg *sg, const gt_config *c, const vec_ops *ops,
 /* scores = softmax(scores * scale), in place */
 /* Soft-capping of attention scores (Gemma 2): the scale applied here, then cap * tanh(s / cap);
  * the softmax that follows then scales by 1. Plain C on every path, so every backend and
- * batching gives the same bits. Returns the scale the softmax must still apply. */
+ * batching gives the same bits; tanh in double rounded to float (as rope_angles' cos and sin:
+ * the C libraries' tanhf differ between x86-64 and arm64, their double results rounded to float
+ * do not). Returns the scale the softmax must still apply. */
 static float softcap_scores(float *scores, int32_t n, const gt_config *c) {
     if (!(c->attn_softcap > 0.0f)) return c->attn_scale;
     const float cap = c->attn_softcap, inv = 1.0f / cap, scale = c->attn_scale;
-    for (int32_t t = 0; t < n; t++) scores[t] = cap * tanhf(scores[t] * scale * inv);
+    for (int32_t t = 0; t < n; t++) scores[t] = cap * (float)tanh((double)(scores[t] * scale * inv));
     return 1.0f;
 }
 
