@@ -177,7 +177,8 @@ GEIST_API void geist_model_free(geist_model *model);
 /* Copies the message of the last failed call on this model (any thread). Returns its length. */
 GEIST_API size_t geist_model_error(geist_model *model, char *buf, size_t cap);
 
-/* Model facts as a JSON object (architecture, sizes, tensor type counts, context length, ...).
+/* Model facts as a JSON object (architecture, sizes, tensor type counts, context length, the
+ * layer recipe: rope style and scaling, QK and post norms, biases, soft-caps, tied output, ...).
  * Writes at most cap bytes (NUL-terminated) and sets *needed to the full length + 1.
  * GEIST_ERR_BUFFER_TOO_SMALL if cap < *needed. */
 GEIST_API geist_status geist_model_info_json(const geist_model *model, char *buf, size_t cap,

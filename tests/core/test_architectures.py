@@ -184,7 +184,14 @@ def test_inspect_and_plan(family: str, capsys: pytest.CaptureFixture[str]) -> No
     assert out["info"]["architecture"] == arch
     assert out["memory"]["total_owned"] >= 0
     cfg = ReferenceModel(path).config
-    assert out["info"]["sliding_layers"] == [i for i in range(cfg.n_layer) if cfg.is_sliding(i)]
+    info = out["info"]
+    assert info["sliding_layers"] == [i for i in range(cfg.n_layer) if cfg.is_sliding(i)]
+    assert info["rope_neox"] == cfg.rope_neox and info["tied_output"] == cfg.tied_output
+    assert info["rope_freq_factors"] == (cfg.rope_freq_factors is not None)
+    assert info["rope_scale"] == cfg.rope_scale and info["n_rot"] == cfg.n_rot
+    assert info["qk_norm"] == (family == "qwen3") and info["attn_biases"] == (family == "qwen2")
+    assert (info["attn_softcap"], info["final_softcap"]) == (cfg.attn_logit_softcap,
+                                                             cfg.final_logit_softcap)
     assert cli.main(["plan", str(path), "--npcs", "3", "--max-seq-len", "64", "--json"]) == 0
     p = json.loads(capsys.readouterr().out)
     assert p["npcs"] == 3

@@ -298,6 +298,21 @@ geist_status geist_model_info_json(const geist_model *m, char *buf, size_t cap, 
               c->d_model, c->n_head, c->n_head_kv, c->head_dim_k, c->head_dim_v, c->n_ff,
               c->n_rot, (double)c->rope_base, (double)c->rope_base_local, c->sliding_window,
               (double)c->eps, m->gguf.size, (unsigned long long)m->weight_bytes);
+    /* the recipe's particulars (issue 21's architectures) */
+    bool biases = false;
+    for (int32_t il = 0; il < c->n_layer && !biases; il++)
+        biases = m->layers[il].bq.data || m->layers[il].bo.data;
+    sb_printf(&b,
+              ", \"rope_neox\": %s, \"rope_scale\": %.9g, \"rope_freq_factors\": %s"
+              ", \"qk_norm\": %s, \"post_norms\": %s, \"attn_biases\": %s"
+              ", \"attn_softcap\": %.9g, \"final_softcap\": %.9g, \"attn_scale\": %.9g"
+              ", \"tied_output\": %s",
+              c->rope_style == GT_ROPE_NEOX ? "true" : "false",
+              (double)(c->rope_scale_global > 0.0f ? 1.0f / c->rope_scale_global : 1.0f),
+              c->rope_freq_factors ? "true" : "false", c->qk_norm ? "true" : "false",
+              c->post_norms ? "true" : "false", biases ? "true" : "false",
+              (double)c->attn_softcap, (double)c->final_softcap, (double)c->attn_scale,
+              m->output.data == m->tok_embd.data ? "true" : "false");
     sb_printf(&b, ", \"sliding_layers\": [");
     bool first = true;
     for (int32_t il = 0; il < c->n_layer; il++) {
