@@ -504,6 +504,19 @@ typedef struct geist_context_policy {
     int32_t reply_reserve;
 } geist_context_policy;
 
+/* Constrained output (docs/GRAMMAR.md): a request may carry a grammar or a JSON schema. */
+typedef enum geist_grammar_kind {
+    GEIST_GRAMMAR_NONE = 0,
+    GEIST_GRAMMAR_GBNF = 1,       /* llama.cpp's GBNF syntax (rules, | ( ) * + ? {m,n}, classes) */
+    GEIST_GRAMMAR_JSON_SCHEMA = 2 /* a JSON Schema of the documented subset; compact JSON out */
+} geist_grammar_kind;
+
+/* Compiles a grammar or schema without generating, to report errors early (a front end's
+ * validation). model may be NULL (syntax and limits only; a model also builds its vocabulary
+ * cache and caches the compiled grammar for later requests). Errors: GEIST_ERR_INVALID_ARGUMENT
+ * with a message (geist_last_error) naming the line/column or schema path and the problem. */
+GEIST_API geist_status geist_grammar_check(geist_model *model, const char *text, int32_t kind);
+
 typedef struct geist_request {
     uint32_t struct_size;
     /* The prompt: exactly one of text, ids or messages. Text is tokenized with the model's
@@ -526,6 +539,16 @@ typedef struct geist_request {
     int32_t priority;   /* higher runs first (on-screen NPCs); default 0 */
     uint64_t user_data; /* echoed in every event of the request */
     geist_context_policy context; /* messages requests only */
+    /* Constrained output: NULL = none. The grammar's mask applies to the logits row before the
+     * sampler (penalties, bias, top-k/top-p/min-p, temperature), so an allowed token always
+     * survives; end-of-generation tokens are allowed only where the grammar may end; special and
+     * control tokens never. Compiled grammars are cached per model (same text and kind, same
+     * compiled object; thread-safe). A grammar that does not compile fails geist_submit with
+     * GEIST_ERR_INVALID_ARGUMENT. When no token is allowed, or the grammar cannot be completed
+     * within the tokens left of max_tokens, the request finishes with GEIST_FINISH_GRAMMAR.
+     * When the grammar admits nothing but its end, the request finishes with STOP. */
+    const char *grammar;  /* NUL-terminated GBNF or JSON Schema text */
+    int32_t grammar_kind; /* geist_grammar_kind (NONE: grammar is ignored) */
 } geist_request;
 
 GEIST_API void geist_request_default(geist_request *r);
@@ -556,7 +579,9 @@ typedef enum geist_finish_reason {
     GEIST_FINISH_STOP = 0,     /* an end token or a stop string */
     GEIST_FINISH_LENGTH = 1,   /* max_tokens reached */
     GEIST_FINISH_CAPACITY = 2, /* the session's max_seq_len reached */
-    GEIST_FINISH_CANCELLED = 3 /* geist_cancel, or the session was freed */
+    GEIST_FINISH_CANCELLED = 3, /* geist_cancel, or the session was freed */
+    GEIST_FINISH_GRAMMAR = 4    /* the grammar allows no token, or cannot be completed within
+                                 * max_tokens (the text so far is a prefix of a valid output) */
 } geist_finish_reason;
 
 typedef struct geist_event {
