@@ -549,7 +549,57 @@ typedef struct geist_request {
      * When the grammar admits nothing but its end, the request finishes with STOP. */
     const char *grammar;  /* NUL-terminated GBNF or JSON Schema text */
     int32_t grammar_kind; /* geist_grammar_kind (NONE: grammar is ignored) */
+    /* NPC actions (see "Actions" below): the reply is speech, then optionally one call of one
+     * of these actions; n_actions = 0 (default) = plain text. Copied at submit. */
+    const struct geist_action *actions;
+    size_t n_actions;
+    int32_t action_choice; /* geist_action_choice; default GEIST_ACTION_AUTO */
 } geist_request;
+
+/* Actions: functions of the game an NPC may call in its reply.
+ *
+ * The reply format (constrained by a GBNF grammar built from the actions, so it always holds):
+ *     <speech: plain text, any number of lines, none starting with '<'>
+ *     <call>{"name":"<action name>","arguments":{<the action's parameters>}}
+ * The call line is optional (GEIST_ACTION_AUTO) or required (GEIST_ACTION_REQUIRED); it starts
+ * with the marker `<call>` at the start of a line (the speech may be empty) and holds compact
+ * JSON with exactly the keys "name" (one of the actions' names) and "arguments" (an object
+ * matching that action's `parameters` schema). The reply ends after the call.
+ *
+ * Events: the TOKEN pieces and the FINISHED text are the speech only (the newline before the
+ * marker, the marker and the call are never streamed: text that could begin the marker is held
+ * back, like a stop string). When the reply ends with a complete call, one GEIST_EVENT_ACTION
+ * (text = the call's JSON) comes right before FINISHED; a call cut short (max_tokens, capacity,
+ * cancel) gives no ACTION event.
+ *
+ * The prompt: with messages, the action list is appended to the first system message (a system
+ * message is put first when there is none) in this plain format (neither SmolLM2's nor Gemma 3's
+ * chat template has a tool section, so every model gets it):
+ *     (blank line)
+ *     You can act in the game. Actions:
+ *     - <name>: <description> Arguments: <parameters schema, on one line>
+ *     - <name>: <description> No arguments.
+ *     To act, end your reply with one line: <call>{"name":"<first action>","arguments":{...}}
+ * (GEIST_ACTION_REQUIRED: "You must act: end your reply with one line: ..."). A text prompt
+ * gets the same section (without the blank line) before the text; an ids prompt gets nothing
+ * (the caller renders it).
+ *
+ * Checked at submit (GEIST_ERR_INVALID_ARGUMENT, nothing queued): names match
+ * [A-Za-z_][A-Za-z0-9_]{0,63} and are unique, 1..GEIST_MAX_ACTIONS actions, each parameters
+ * schema compiles (the grammar engine's JSON Schema subset, an object), no `grammar` together
+ * with actions, action_choice is one of geist_action_choice. */
+#define GEIST_MAX_ACTIONS 64
+typedef struct geist_action {
+    const char *name;        /* NUL-terminated */
+    const char *description; /* NULL or NUL-terminated: what the action does, for the prompt */
+    const char *parameters;  /* a JSON Schema of the arguments object (the grammar engine's
+                              * subset); NULL = no arguments ({}) */
+} geist_action;
+
+typedef enum geist_action_choice {
+    GEIST_ACTION_AUTO = 0,    /* speech, optionally one call */
+    GEIST_ACTION_REQUIRED = 1 /* speech (may be empty), then exactly one call */
+} geist_action_choice;
 
 GEIST_API void geist_request_default(geist_request *r);
 
@@ -572,7 +622,10 @@ typedef enum geist_event_type {
                                * dropped when the reply ends without completing it). Only
                                * when memory runs out can a TOKEN event be dropped; the
                                * FINISHED text still holds the whole reply then */
-    GEIST_EVENT_FAILED = 3    /* the request failed; status + text = the message */
+    GEIST_EVENT_FAILED = 3,   /* the request failed; status + text = the message */
+    GEIST_EVENT_ACTION = 4    /* the reply called an action (request.actions): text = the call
+                               * as JSON {"name": ..., "arguments": {...}}; comes right before
+                               * the request's FINISHED event, at most once */
 } geist_event_type;
 
 typedef enum geist_finish_reason {

@@ -8,9 +8,11 @@ reasons and the conversation policy (messages -> KV reuse -> trimming) live ther
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from geist.actions import ActionCall
 from geist.errors import GeistError
 from geist.sampling import SamplerOptions
 
@@ -54,7 +56,8 @@ class GenerationResult:
     finish_reason: "stop" (an end token or a stop string), "length" (max_tokens), "capacity"
     (the session's max_seq_len), "cancelled", or "failed" (then `error` is set).
     n_prompt: prompt tokens the request ran; n_reused: tokens of the session's KV it kept;
-    n_dropped: messages the context policy dropped."""
+    n_dropped: messages the context policy dropped. action: with `actions=`, the call the
+    reply made (None: it only spoke); `text` is the speech then."""
 
     text: str = ""
     ids: list[int] = field(default_factory=list)
@@ -65,3 +68,8 @@ class GenerationResult:
     error: GeistError | None = None
     first_token_s: float | None = None  # seconds from submit to the first token event
     elapsed_s: float = 0.0
+    action: ActionCall | None = None
+
+    def json(self) -> Any:
+        """The reply text parsed as JSON (for a reply constrained by a JSON schema or grammar)."""
+        return json.loads(self.text)

@@ -4,9 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../chat/actions.h"
 #include "../chat/chat.h"
 #include "../chat/conversation.h"
 #include "../tokenizer/tokenizer.h"
+#include "actions.h"
 
 static char *dup_str(const char *s) {
     const size_t n = strlen(s) + 1;
@@ -97,18 +99,41 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
     g->model = s->model;
     g->session = s;
     g->max_tokens = in->max_tokens;
+    g->actions = in->actions;
+    g->n_actions = in->actions ? in->n_actions : 0;
+    g->call_at = SIZE_MAX;
     const geist_model *m = s->model;
     const bool chat = in->messages != NULL;
     geist_sampler_options so = in->sampler;
     int32_t kept = s->n_past; /* positions of the session that stay */
     int32_t *conv = NULL;
     size_t n_conv = 0;
+    /* actions: the section describing them (chat/actions.h), in the system message or before
+     * a text prompt */
+    char *section = NULL, *sys_owned = NULL, *text_owned = NULL;
+    size_t section_len = 0;
+    geist_chat_message *view = NULL;
+    const geist_chat_message *msgs = in->messages;
+    size_t n_msgs = in->n_messages;
+    int inserted = 0;
     geist_status st = copy_stops(g, in, chat, err);
     if (st != GEIST_OK) goto fail;
+    if (g->n_actions && (chat || in->text)) {
+        st = gt_chat_actions_section(g->actions, g->n_actions, in->action_choice, &section,
+                                     &section_len, err);
+        if (st != GEIST_OK) goto fail;
+    }
+    if (chat && section) {
+        st = gt_chat_messages_with_actions(in->messages, in->n_messages, section, &view, &n_msgs,
+                                           &sys_owned, &inserted, err);
+        if (st != GEIST_OK) goto fail;
+        msgs = view;
+    }
     if (chat) {
         geist_context_policy pol;
         st = gt_context_policy_check(&in->context, &pol, err);
         if (st != GEIST_OK) goto fail;
+        if (inserted && pol.keep_first >= 0) pol.keep_first++; /* the added system message */
         const int32_t half = s->max_seq_len / 2;
         const int32_t reserve = pol.reply_reserve >= 0 ? pol.reply_reserve
                                                        : (in->max_tokens < half ? in->max_tokens : half);
@@ -116,8 +141,8 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
         st = held_ids(s, &held, err);
         if (st != GEIST_OK) goto fail;
         gt_conv_plan plan = {0};
-        st = gt_conversation_plan(m, in->messages, in->n_messages, &pol, s->max_seq_len, reserve,
-                                  held, (size_t)s->n_past, &plan, err);
+        st = gt_conversation_plan(m, msgs, n_msgs, &pol, s->max_seq_len, reserve, held,
+                                  (size_t)s->n_past, &plan, err);
         free(held);
         if (st != GEIST_OK) goto fail;
         conv = plan.ids;
@@ -139,7 +164,21 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
         int32_t *ids = NULL;
         size_t n = 0;
         const uint32_t flags = s->n_past == 0 ? GEIST_TOKENIZE_ADD_SPECIAL : 0;
-        st = gt_tokenize_alloc(m, in->text, strlen(in->text), flags, &ids, &n, err);
+        const char *text = in->text;
+        if (section) {
+            const char *sec = section + strspn(section, "\n");
+            const size_t ls = strlen(sec), lt = strlen(in->text);
+            text_owned = malloc(ls + lt + 3);
+            if (!text_owned) {
+                st = gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (prompt)");
+                goto fail;
+            }
+            memcpy(text_owned, sec, ls);
+            memcpy(text_owned + ls, "\n\n", 2);
+            memcpy(text_owned + ls + 2, in->text, lt + 1);
+            text = text_owned;
+        }
+        st = gt_tokenize_alloc(m, text, strlen(text), flags, &ids, &n, err);
         if (st == GEIST_OK) {
             g->prompt = ids;
             g->n_prompt = (int32_t)n;
@@ -181,9 +220,17 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
     g->n_reused = kept;
     seed_history(g, kept, so.penalty_last_n);
     free(conv);
+    free(section);
+    free(sys_owned);
+    free(view);
+    free(text_owned);
     return GEIST_OK;
 fail:
     free(conv);
+    free(section);
+    free(sys_owned);
+    free(view);
+    free(text_owned);
     gt_gen_free(g);
     return st;
 }
@@ -218,6 +265,25 @@ static size_t stop_hit(const gt_gen *g, size_t from) {
             }
     }
     return best;
+}
+
+/* Actions: the call starts with the marker at the start of a line; the grammar keeps speech
+ * lines from starting with '<', so a '<' at a line start is the marker. Where it starts in out
+ * (looking at bytes from `from` on), or SIZE_MAX. */
+static size_t marker_hit(const gt_gen *g, size_t from) {
+    for (size_t p = from; p < g->out_len; p++)
+        if (g->out[p] == '<' && (p == 0 || g->out[p - 1] == '\n')) return p;
+    return SIZE_MAX;
+}
+
+/* The streamed speech ends before the newline that precedes the marker. */
+static size_t speech_end(const gt_gen *g) {
+    return g->call_at > 0 ? g->call_at - 1 : 0;
+}
+
+/* Trailing bytes not yet streamed that may begin the call line: a final newline. */
+static size_t marker_held(const gt_gen *g) {
+    return g->out_len > g->emitted && g->out[g->out_len - 1] == '\n' ? 1 : 0;
 }
 
 static bool out_append(gt_gen *g, const char *p, size_t n) {
@@ -269,6 +335,7 @@ gt_gen_step gt_gen_token(gt_gen *g, int32_t id, const char **piece, size_t *piec
     }
     g->n_gen++;
     size_t upto;
+    if (g->n_actions && g->call_at == SIZE_MAX) g->call_at = marker_hit(g, before);
     const size_t hit = stop_hit(g, before);
     if (hit != SIZE_MAX) {
         g->out_len = hit;
@@ -276,8 +343,14 @@ gt_gen_step gt_gen_token(gt_gen *g, int32_t id, const char **piece, size_t *piec
         upto = hit;
         *finish_after = GEIST_FINISH_STOP;
     } else {
-        upto = g->out_len - held_back(g, g->emitted, g->out_len);
+        size_t keep = held_back(g, g->emitted, g->out_len);
+        const size_t mk = g->n_actions && g->call_at == SIZE_MAX ? marker_held(g) : 0;
+        upto = g->out_len - (mk > keep ? mk : keep);
         if (g->n_gen >= g->max_tokens) *finish_after = GEIST_FINISH_LENGTH;
+    }
+    if (g->call_at != SIZE_MAX) {
+        if (g->call_at > g->out_len) g->call_at = SIZE_MAX; /* a stop string came first */
+        else if (upto > speech_end(g)) upto = speech_end(g);
     }
     if (upto > g->emitted) {
         *piece = g->out + g->emitted;
@@ -290,4 +363,17 @@ gt_gen_step gt_gen_token(gt_gen *g, int32_t id, const char **piece, size_t *piec
 const char *gt_gen_reply(const gt_gen *g, size_t *len) {
     *len = g->emitted;
     return g->out ? g->out : "";
+}
+
+const char *gt_gen_action(const gt_gen *g, size_t *len) {
+    *len = 0;
+    if (!g->n_actions || g->call_at == SIZE_MAX || !g->out) return NULL;
+    const size_t from = g->call_at + GT_ACTION_MARKER_LEN;
+    if (from > g->out_len || memcmp(g->out + g->call_at, GT_ACTION_MARKER, GT_ACTION_MARKER_LEN))
+        return NULL;
+    const char *json = NULL;
+    if (!gt_actions_parse_call(g->out + from, g->out_len - from, g->actions, g->n_actions, &json,
+                               len))
+        return NULL;
+    return json;
 }

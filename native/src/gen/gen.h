@@ -25,6 +25,11 @@ typedef struct gt_gen_input {
     size_t n_stop;
     geist_sampler_options sampler;
     int32_t max_tokens;
+    /* NPC actions (gen/actions.h): rendered into the prompt, the call parsed at the end; the
+     * grammar that constrains the reply comes with the request's grammar */
+    const geist_action *actions;
+    size_t n_actions;
+    int32_t action_choice;
 } gt_gen_input;
 
 typedef struct gt_gen {
@@ -39,6 +44,11 @@ typedef struct gt_gen {
     char *out; /* the reply so far; out[0..emitted) has been streamed */
     size_t out_len, out_cap, emitted;
     int32_t n_gen, max_tokens;
+    /* actions: the reply is speech, then maybe the call; out[call_at..) is the marker and the
+     * call (SIZE_MAX: none yet), never streamed */
+    const geist_action *actions;
+    size_t n_actions;
+    size_t call_at;
 } gt_gen;
 
 /* Checks an ids prompt against the session's room before it is queued (GEIST_ERR_CAPACITY). */
@@ -60,7 +70,12 @@ typedef enum gt_gen_step {
 gt_gen_step gt_gen_token(gt_gen *g, int32_t id, const char **piece, size_t *piece_len,
                          int32_t *finish_after, gt_err *err);
 
-/* The reply as streamed: the concatenation of every piece gt_gen_token returned. */
+/* The reply as streamed: the concatenation of every piece gt_gen_token returned (with actions:
+ * the speech only). */
 const char *gt_gen_reply(const gt_gen *g, size_t *len);
+
+/* The reply's action call as JSON (geist.h "Actions"), or NULL when the request has no actions
+ * or the reply holds no complete call. Points into the reply's buffer. */
+const char *gt_gen_action(const gt_gen *g, size_t *len);
 
 #endif
