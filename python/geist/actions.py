@@ -56,11 +56,20 @@ class ActionCall:
 
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
+    json: str = field(default="", compare=False)  # the call as the model wrote it
 
     @staticmethod
     def from_json(text: str) -> ActionCall:
         obj = json.loads(text)
-        return ActionCall(str(obj["name"]), dict(obj["arguments"]))
+        return ActionCall(str(obj["name"]), dict(obj["arguments"]), text)
+
+    @property
+    def line(self) -> str:
+        """The call line of the reply (`<call>{...}`): append it to the speech, after a newline,
+        to keep the call in the conversation's assistant message."""
+        return "<call>" + (self.json or json.dumps({"name": self.name,
+                                                     "arguments": self.arguments},
+                                                    separators=(",", ":")))
 
 
 def action_from(a: Action | Mapping[str, Any]) -> Action:
