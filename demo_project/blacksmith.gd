@@ -5,6 +5,8 @@ extends GeistNPC
 
 signal item_given(item: String, count: int)
 
+## The action list adds about 150 tokens to the persona: a cap that leaves room for a few turns.
+const MIN_CAP := 512
 const STOCK: Array[String] = ["sword", "shield", "helmet", "horseshoe"]
 const GIVE_ITEM: Dictionary = {
 	"name": "give_item",
