@@ -517,6 +517,24 @@ typedef enum geist_grammar_kind {
  * with a message (geist_last_error) naming the line/column or schema path and the problem. */
 GEIST_API geist_status geist_grammar_check(geist_model *model, const char *text, int32_t kind);
 
+/* A grammar matcher for front ends that run their own sampling loop (and for tests/benchmarks):
+ * the same compiled grammar (per-model cache) and masks the runtime applies. Not thread-safe per
+ * matcher; different matchers are independent. */
+typedef struct geist_matcher geist_matcher;
+GEIST_API geist_status geist_matcher_create(geist_model *model, const char *text, int32_t kind,
+                                            geist_matcher **out);
+GEIST_API void geist_matcher_free(geist_matcher *m);
+/* Writes the allowed tokens: bit (id % 32) of bits[id / 32]; n_words >= (n_vocab + 31) / 32.
+ * End-of-generation tokens are allowed where the grammar may end; other special tokens never. */
+GEIST_API geist_status geist_matcher_mask(geist_matcher *m, uint32_t *bits, size_t n_words);
+/* Advances by one allowed token (GEIST_ERR_INVALID_ARGUMENT for a token the mask forbids; the
+ * state is unchanged then). */
+GEIST_API geist_status geist_matcher_accept(geist_matcher *m, int32_t token);
+/* 1 when the grammar may end here, else 0. */
+GEIST_API int32_t geist_matcher_can_end(const geist_matcher *m);
+/* 1 when nothing but the end can follow (or the end was accepted), else 0. */
+GEIST_API int32_t geist_matcher_is_done(const geist_matcher *m);
+
 typedef struct geist_request {
     uint32_t struct_size;
     /* The prompt: exactly one of text, ids or messages. Text is tokenized with the model's

@@ -43,6 +43,9 @@ struct gt_tokenizer;
 #define GT_GRAMMAR_MAX_REPEAT 1000          /* m and n of {m,n}; maxLength, maxItems */
 #define GT_GRAMMAR_MAX_STACK 1000           /* matcher stack depth (positions) */
 #define GT_GRAMMAR_MAX_STACKS 512           /* stacks alive at once in one matcher state */
+#define GT_GRAMMAR_MAX_TOKEN 4096           /* longer tokens are never allowed */
+#define GT_GRAMMAR_CACHE_BYTES (64u << 20)  /* per grammar: token classes cached per position */
+#define GT_GRAMMAR_CACHE_GRAMMARS 64        /* compiled grammars kept per model */
 
 typedef struct gt_grammar gt_grammar;
 typedef struct gt_grammar_cache gt_grammar_cache;
@@ -55,8 +58,8 @@ geist_status gt_grammar_check(const char *text, size_t len, int32_t kind, gt_err
 
 /* A model's cache of compiled grammars and its sorted vocabulary (built on first use). The model
  * owns it (api/ creates it at load, geist_model frees it). Thread-safe. */
-geist_status gt_grammar_cache_create(const struct gt_tokenizer *tok, gt_grammar_cache **out,
-                                     gt_err *err);
+geist_status gt_grammar_cache_create(const struct gt_tokenizer *tok, int32_t n_vocab,
+                                     gt_grammar_cache **out, gt_err *err);
 void gt_grammar_cache_free(gt_grammar_cache *c);
 
 /* The compiled grammar for (text, kind) on this cache's vocabulary: the same object for the same
