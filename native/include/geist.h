@@ -577,12 +577,14 @@ typedef struct geist_request {
 /* Actions: functions of the game an NPC may call in its reply.
  *
  * The reply format (constrained by a GBNF grammar built from the actions, so it always holds):
- *     <speech: plain text, any number of lines, none starting with '<'>
+ *     <speech: one line of plain text, not starting with '<'; may be empty>
  *     <call>{"name":"<action name>","arguments":{<the action's parameters>}}
- * The call line is optional (GEIST_ACTION_AUTO) or required (GEIST_ACTION_REQUIRED); it starts
- * with the marker `<call>` at the start of a line (the speech may be empty) and holds compact
- * JSON with exactly the keys "name" (one of the actions' names) and "arguments" (an object
- * matching that action's `parameters` schema). The reply ends after the call.
+ * The call line is optional (GEIST_ACTION_AUTO) or required (GEIST_ACTION_REQUIRED); it follows
+ * the speech after a newline (or starts the reply when the speech is empty), begins with the
+ * marker `<call>` and holds compact JSON with exactly the keys "name" (one of the actions' names)
+ * and "arguments" (an object matching that action's `parameters` schema). The reply ends after
+ * the call. With GEIST_ACTION_REQUIRED, where the model would end its turn (its end-of-turn
+ * tokens' probability) it starts the call line instead.
  *
  * Events: the TOKEN pieces and the FINISHED text are the speech only (the newline before the
  * marker, the marker and the call are never streamed: text that could begin the marker is held
@@ -594,13 +596,14 @@ typedef struct geist_request {
  * message is put first when there is none) in this plain format (neither SmolLM2's nor Gemma 3's
  * chat template has a tool section, so every model gets it):
  *     (blank line)
- *     You can act in the game. Actions:
+ *     The game lets you act. Your actions:
  *     - <name>: <description> Arguments: <parameters schema, on one line>
  *     - <name>: <description> No arguments.
- *     To act, end your reply with one line: <call>{"name":"<first action>","arguments":{...}}
- * (GEIST_ACTION_REQUIRED: "You must act: end your reply with one line: ..."). A text prompt
- * gets the same section (without the blank line) before the text; an ids prompt gets nothing
- * (the caller renders it).
+ *     Reply in character in one short line. To act, add a second line: <call>{"name":"<first
+ *     action>","arguments":{...}}
+ * (GEIST_ACTION_REQUIRED: "Reply in character in one short line, then act on a second line:
+ * ..."). A text prompt gets the same section (without the blank line, then a blank line) before
+ * the text; an ids prompt gets nothing (the caller renders it).
  *
  * Checked at submit (GEIST_ERR_INVALID_ARGUMENT, nothing queued): names match
  * [A-Za-z_][A-Za-z0-9_]{0,63} and are unique, 1..GEIST_MAX_ACTIONS actions, each parameters

@@ -33,13 +33,14 @@ PERSONA = "You are Brom, the village blacksmith. Answer in one short sentence."
 
 def section(actions: list[Action], choice: str = "auto") -> str:
     """The documented plain format (geist.h "Actions"), written independently of the core."""
-    lines = ["", "", "You can act in the game. Actions:"]
+    lines = ["", "", "The game lets you act. Your actions:"]
     for a in actions:
         desc = f" {a.description}" if a.description else ""
         args = f" Arguments: {a.parameters_json()}" if a.parameters else " No arguments."
         lines.append(f"- {a.name}:{desc}{args}")
-    lead = ("You must act: end your reply with one line: " if choice == "required"
-            else "To act, end your reply with one line: ")
+    lead = ("Reply in character in one short line, then act on a second line: "
+            if choice == "required"
+            else "Reply in character in one short line. To act, add a second line: ")
     lines.append(lead + '<call>{"name":"' + actions[0].name + '","arguments":{...}}')
     return "\n".join(lines)
 
@@ -124,7 +125,7 @@ def test_npc_with_two_actions_replies_and_calls(model: geist.Model, temperature:
     whose arguments validate; with "auto" it may only speak, and any call validates too."""
     talk = [{"role": "system", "content": PERSONA},
             {"role": "user", "content": "I need a sword, please give me one."}]
-    for seed in range(3):
+    for seed in range(1 if temperature == 0.0 else 2):  # greedy draws the same for any seed
         s = model.session(max_seq_len=512, seed=seed)
         gen = s.chat(talk, max_tokens=64, actions=ACTIONS, action_choice="required",
                      temperature=temperature)
@@ -144,7 +145,7 @@ def test_cut_short_call_is_no_action(model: geist.Model) -> None:
     """A call cut by max_tokens gives no ACTION (and no crash); the speech is still the text."""
     talk = [{"role": "user", "content": "Open the gate!"}]
     found_cut = False
-    for n in (2, 4, 6, 8, 10, 12):
+    for n in (3, 9):
         s = model.session(max_seq_len=256)
         res = s.chat(talk, max_tokens=n, actions=ACTIONS, action_choice="required",
                      temperature=0.0).result()

@@ -72,7 +72,7 @@ geist_status gt_chat_actions_section(const geist_action *a, size_t n, int32_t ch
     *out = NULL;
     *len = 0;
     sbuf b = {0};
-    sb_str(&b, "\n\nYou can act in the game. Actions:\n");
+    sb_str(&b, "\n\nThe game lets you act. Your actions:\n");
     for (size_t i = 0; i < n; i++) {
         sb_str(&b, "- ");
         sb_str(&b, a[i].name);
@@ -89,8 +89,9 @@ geist_status gt_chat_actions_section(const geist_action *a, size_t n, int32_t ch
         }
         sb_str(&b, "\n");
     }
-    sb_str(&b, choice == GEIST_ACTION_REQUIRED ? "You must act: end your reply with one line: "
-                                               : "To act, end your reply with one line: ");
+    sb_str(&b, choice == GEIST_ACTION_REQUIRED
+                   ? "Reply in character in one short line, then act on a second line: "
+                   : "Reply in character in one short line. To act, add a second line: ");
     sb_str(&b, GT_ACTION_MARKER "{\"name\":\"");
     sb_str(&b, a[0].name);
     sb_str(&b, "\",\"arguments\":{...}}");

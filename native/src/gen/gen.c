@@ -1,6 +1,7 @@
 /* The generation loop's per-request state (gen.h). */
 #include "gen.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,6 +95,42 @@ static geist_status set_prompt(gt_gen *g, const int32_t *ids, size_t n, gt_err *
     return GEIST_OK;
 }
 
+/* GEIST_ACTION_REQUIRED: the newline token that starts the call line and the model's end-of-turn
+ * tokens (at most 8 are used). */
+static geist_status end_to_call_prepare(gt_gen *g, gt_err *err) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    geist_status st = gt_tokenize_alloc(g->model, "\n", 1, 0, &ids, &n, err);
+    if (st != GEIST_OK) return st;
+    g->nl_id = n == 1 ? ids[0] : -1;
+    free(ids);
+    const int32_t nv = g->model->cfg.n_vocab;
+    for (int32_t id = 0; id < nv && g->n_end_ids < 8 && g->nl_id >= 0; id++)
+        if (gt_token_is_end(g->model, id)) g->end_ids[g->n_end_ids++] = id;
+    return GEIST_OK;
+}
+
+void gt_gen_end_to_call(const gt_gen *g, const float *logits, float *masked, int32_t n_left,
+                        uint32_t call_bytes) {
+    if (g->nl_id < 0 || g->call_at != SIZE_MAX || !(masked[g->nl_id] > -INFINITY)) return;
+    const int32_t nv = g->model->cfg.n_vocab;
+    if ((int64_t)n_left <= (int64_t)(call_bytes / 2 + 8)) {
+        /* the tokens left are about what the call needs: it starts now */
+        const float keep = masked[g->nl_id];
+        for (int32_t i = 0; i < nv; i++) masked[i] = -INFINITY;
+        masked[g->nl_id] = keep;
+        return;
+    }
+    float m = masked[g->nl_id];
+    for (int32_t i = 0; i < g->n_end_ids; i++) {
+        const float e = logits[g->end_ids[i]];
+        if (!(e > -INFINITY) || e != e) continue;
+        const float hi = m > e ? m : e, lo = m > e ? e : m;
+        m = hi + log1pf(expf(lo - hi)); /* log(exp(m) + exp(e)) */
+    }
+    masked[g->nl_id] = m;
+}
+
 geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in, gt_err *err) {
     memset(g, 0, sizeof *g);
     g->model = s->model;
@@ -102,6 +139,7 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
     g->actions = in->actions;
     g->n_actions = in->actions ? in->n_actions : 0;
     g->call_at = SIZE_MAX;
+    g->nl_id = -1;
     const geist_model *m = s->model;
     const bool chat = in->messages != NULL;
     geist_sampler_options so = in->sampler;
@@ -205,6 +243,10 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
     gt_sampler_set_simd(g->sampler, m->backend->simd); /* cpu_scalar samples in plain C too */
     st = gt_detok_create(m, 0, &g->detok, err);
     if (st != GEIST_OK) goto fail;
+    if (g->n_actions && in->action_choice == GEIST_ACTION_REQUIRED) {
+        st = end_to_call_prepare(g, err);
+        if (st != GEIST_OK) goto fail;
+    }
     /* the rewind comes last: nothing above changed the session */
     if (kept < s->n_past) {
         gt_err ignored = {0};

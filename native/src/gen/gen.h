@@ -49,6 +49,9 @@ typedef struct gt_gen {
     const geist_action *actions;
     size_t n_actions;
     size_t call_at;
+    /* GEIST_ACTION_REQUIRED: the end-of-turn ids whose probability goes to the newline id that
+     * starts the call line, while the call has not begun (nl_id -1: off) */
+    int32_t nl_id, n_end_ids, end_ids[8];
 } gt_gen;
 
 /* Checks an ids prompt against the session's room before it is queued (GEIST_ERR_CAPACITY). */
@@ -73,6 +76,14 @@ gt_gen_step gt_gen_token(gt_gen *g, int32_t id, const char **piece, size_t *piec
 /* The reply as streamed: the concatenation of every piece gt_gen_token returned (with actions:
  * the speech only). */
 const char *gt_gen_reply(const gt_gen *g, size_t *len);
+
+/* GEIST_ACTION_REQUIRED before the call, on the masked row (where the grammar allows the newline
+ * that starts the call line): adds the end-of-turn tokens' probability (from the raw logits row)
+ * to the newline, so where the model would stop talking it starts the call; and once the n_left
+ * tokens left come down to about what the call needs (call_bytes / 2 + 8, call_bytes = the
+ * fewest bytes that complete the grammar from here), only the newline stays. */
+void gt_gen_end_to_call(const gt_gen *g, const float *logits, float *masked, int32_t n_left,
+                        uint32_t call_bytes);
 
 /* The reply's action call as JSON (geist.h "Actions"), or NULL when the request has no actions
  * or the reply holds no complete call. Points into the reply's buffer. */
