@@ -288,11 +288,18 @@ def submit(session: Session, prompt: Prompt = "", max_tokens: int = 128,
            stop: Sequence[str] = (), *, priority: int = 0,
            options: SamplerOptions | None = None, context: ContextPolicy | None = None,
            seed: int | None = None, parse_special: bool = False, record_last: bool = False,
+           grammar: str | None = None, json_schema: str | dict[str, Any] | None = None,
            **sampling: float | int) -> RequestHandle:
     """Session.submit: the prompt is text, token ids, or chat messages ({role, content} dicts:
     the whole conversation so far; the core renders it with the model's template, reuses the KV
     the session holds and trims the oldest turns as `context` says). Sampling: `options` (a
-    SamplerOptions), then any of its fields as keywords; seed defaults to the session's."""
+    SamplerOptions), then any of its fields as keywords; seed defaults to the session's.
+    Constrained output: `grammar` (GBNF text) or `json_schema` (a JSON Schema, str or dict);
+    a grammar that does not compile raises InvalidArgumentError here; a reply the grammar ends
+    finishes with "grammar" (docs/GRAMMAR.md)."""
+    from geist.grammar import grammar_request
+
+    gram = grammar_request(grammar, json_schema)
     if session._active is not None and not session._active.done:
         raise StateError("the session already has an active request (one at a time)")
     opts = (options or SamplerOptions()).replace(**sampling)
@@ -334,6 +341,9 @@ def submit(session: Session, prompt: Prompt = "", max_tokens: int = 128,
         req.stop = arr_s
         req.n_stop = len(stops)
     req.priority = priority
+    if gram is not None:
+        req.grammar = _cstr(gram[0], "grammar", keep)
+        req.grammar_kind = gram[1]
     handle = runtime_of(session.model._engine).submit(session, req, keep, record_last)
     session._active = handle
     return handle

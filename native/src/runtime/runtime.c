@@ -38,6 +38,7 @@ typedef struct gt_req {
     geist_sampler_options sopts;
     geist_context_policy context;
     int32_t max_tokens;
+    gt_grammar *grammar; /* compiled at submit (the model's cache), or NULL */
     /* state */
     int state;
     atomic_bool cancel; /* set under the lock, read unlocked in a step */
@@ -109,6 +110,7 @@ static void req_free(gt_req *r) {
         for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     gt_gen_free(&r->gen);
+    gt_grammar_release(r->grammar);
     free(r);
 }
 
@@ -322,6 +324,14 @@ static geist_status copy_inputs(gt_req *q, const geist_request *r, gt_err *err) 
             if (!(q->stop[i] = dup_str(r->stop[i]))) goto oom;
         }
     }
+    if (r->grammar && r->grammar_kind != GEIST_GRAMMAR_NONE) {
+        if (!q->model->grammar_cache)
+            return gt_fail(err, GEIST_ERR_STATE, "request: a grammar needs a model with a tokenizer");
+        /* compiled on the caller's thread: errors come back from geist_submit */
+        st = gt_grammar_get(q->model->grammar_cache, r->grammar, strlen(r->grammar), r->grammar_kind,
+                            &q->grammar, err);
+        if (st != GEIST_OK) return st;
+    }
     q->sopts = r->sampler;
     q->max_tokens = r->max_tokens;
     q->priority = r->priority;
@@ -518,6 +528,7 @@ static geist_status prepare(gt_req *r, gt_err *err) {
         .n_stop = r->n_stop,
         .sampler = r->sopts,
         .max_tokens = r->max_tokens,
+        .grammar = r->grammar,
     };
     geist_status st = gt_gen_prepare(&r->gen, r->session, &in, err);
     if (st != GEIST_OK) return st;
@@ -565,8 +576,7 @@ static void sample_task(void *ctx, int64_t i, float *scratch) {
     if (pk->adv != ADV_SAMPLE) return;
     gt_req *r = pk->r;
     r->sample_err = (gt_err){0};
-    r->sample_st =
-        gt_sampler_sample(r->gen.sampler, r->session->logits, &r->sampled, &r->sample_err);
+    r->sample_st = gt_gen_sample(&r->gen, r->session->logits, &r->sampled, &r->sample_err);
 }
 
 /* Returns true when the request ended (events written). */
