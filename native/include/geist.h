@@ -517,6 +517,12 @@ typedef enum geist_grammar_kind {
  * with a message (geist_last_error) naming the line/column or schema path and the problem. */
 GEIST_API geist_status geist_grammar_check(geist_model *model, const char *text, int32_t kind);
 
+/* The GBNF grammar geist compiles a JSON schema to (what GEIST_GRAMMAR_JSON_SCHEMA runs): written
+ * to buf (NUL-terminated, truncated to cap); *len = its full length. GEIST_ERR_BUFFER_TOO_SMALL
+ * when cap <= *len. Errors as geist_grammar_check. */
+GEIST_API geist_status geist_json_schema_to_gbnf(const char *schema, char *buf, size_t cap,
+                                                 size_t *len);
+
 /* A grammar matcher for front ends that run their own sampling loop (and for tests/benchmarks):
  * the same compiled grammar (per-model cache) and masks the runtime applies. Not thread-safe per
  * matcher; different matchers are independent. */

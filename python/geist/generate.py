@@ -8,7 +8,6 @@ reasons and the conversation policy (messages -> KV reuse -> trimming) live ther
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +53,8 @@ class GenerationResult:
     """The end of a request. `text` always equals the concatenation of the streamed pieces.
 
     finish_reason: "stop" (an end token or a stop string), "length" (max_tokens), "capacity"
-    (the session's max_seq_len), "cancelled", or "failed" (then `error` is set).
+    (the session's max_seq_len), "cancelled", "grammar" (the request's grammar allowed no
+    token, or could not be completed within max_tokens), or "failed" (then `error` is set).
     n_prompt: prompt tokens the request ran; n_reused: tokens of the session's KV it kept;
     n_dropped: messages the context policy dropped. action: with `actions=`, the call the
     reply made (None: it only spoke); `text` is the speech then."""
@@ -71,5 +71,8 @@ class GenerationResult:
     action: ActionCall | None = None
 
     def json(self) -> Any:
-        """The reply text parsed as JSON (for a reply constrained by a JSON schema or grammar)."""
-        return json.loads(self.text)
+        """The reply parsed as JSON (a json_schema request's output); raises ValueError when the
+        text is not JSON (e.g. a reply that finished with "length" or "grammar")."""
+        import json as _json
+
+        return _json.loads(self.text)

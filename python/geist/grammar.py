@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._binding import ERR_BUFFER_TOO_SMALL as BUFFER_TOO_SMALL
 from ._binding import check, ffi, lib
 from .errors import InvalidArgumentError
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 GBNF: int = 1
 JSON_SCHEMA: int = 2
 
-__all__ = ["GBNF", "JSON_SCHEMA", "Matcher", "check_grammar", "grammar_request"]
+__all__ = ["GBNF", "JSON_SCHEMA", "Matcher", "check_grammar", "grammar_request", "json_schema_to_gbnf"]
 
 
 def grammar_request(grammar: str | None = None,
@@ -77,3 +78,15 @@ class Matcher:
     @property
     def is_done(self) -> bool:
         return bool(lib.geist_matcher_is_done(self._ptr))
+
+
+def json_schema_to_gbnf(schema: str | dict[str, Any]) -> str:
+    """The GBNF grammar geist runs for a JSON schema (compact JSON, properties in order)."""
+    text = schema if isinstance(schema, str) else json.dumps(schema)
+    n = ffi.new("size_t *")
+    st = lib.geist_json_schema_to_gbnf(text.encode("utf-8"), ffi.NULL, 0, n)
+    if st not in (0, BUFFER_TOO_SMALL):
+        check(st, "json schema")
+    buf = ffi.new("char[]", n[0] + 1)
+    check(lib.geist_json_schema_to_gbnf(text.encode("utf-8"), buf, n[0] + 1, n), "json schema")
+    return str(ffi.string(buf).decode("utf-8"))

@@ -293,13 +293,20 @@ def submit(session: Session, prompt: Prompt = "", max_tokens: int = 128,
            options: SamplerOptions | None = None, context: ContextPolicy | None = None,
            seed: int | None = None, parse_special: bool = False, record_last: bool = False,
            actions: Sequence[Action | Mapping[str, Any]] = (), action_choice: str = "auto",
+           grammar: str | None = None, json_schema: str | dict[str, Any] | None = None,
            **sampling: float | int) -> RequestHandle:
     """Session.submit: the prompt is text, token ids, or chat messages ({role, content} dicts:
     the whole conversation so far; the core renders it with the model's template, reuses the KV
     the session holds and trims the oldest turns as `context` says). Sampling: `options` (a
     SamplerOptions), then any of its fields as keywords; seed defaults to the session's.
     actions: Actions (or {name, description, parameters} dicts) the reply may call
-    (geist.actions); action_choice "auto" (speech, maybe a call) or "required" (a call)."""
+    (geist.actions); action_choice "auto" (speech, maybe a call) or "required" (a call).
+    Constrained output: `grammar` (GBNF text) or `json_schema` (a JSON Schema, str or dict);
+    a grammar that does not compile raises InvalidArgumentError here; a reply the grammar ends
+    finishes with "grammar" (docs/GRAMMAR.md)."""
+    from geist.grammar import grammar_request
+
+    gram = grammar_request(grammar, json_schema)
     if session._active is not None and not session._active.done:
         raise StateError("the session already has an active request (one at a time)")
     opts = (options or SamplerOptions()).replace(**sampling)
@@ -343,6 +350,9 @@ def submit(session: Session, prompt: Prompt = "", max_tokens: int = 128,
     req.priority = priority
     if actions:
         fill_request(req, actions, action_choice, keep)
+    if gram is not None:
+        req.grammar = _cstr(gram[0], "grammar", keep)
+        req.grammar_kind = gram[1]
     handle = runtime_of(session.model._engine).submit(session, req, keep, record_last)
     session._active = handle
     return handle

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "../grammar/grammar.h"
+#include "../grammar/json_schema.h"
 #include "../model/model.h"
 
 geist_status geist_grammar_check(geist_model *model, const char *text, int32_t kind) {
@@ -88,3 +89,23 @@ geist_status geist_matcher_accept(geist_matcher *m, int32_t token) {
 
 int32_t geist_matcher_can_end(const geist_matcher *m) { return m && gt_matcher_can_end(m->m); }
 int32_t geist_matcher_is_done(const geist_matcher *m) { return m && gt_matcher_is_done(m->m); }
+
+geist_status geist_json_schema_to_gbnf(const char *schema, char *buf, size_t cap, size_t *len) {
+    gt_err err = {0};
+    if (!schema || !len || (!buf && cap))
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "json_schema_to_gbnf: NULL argument");
+    gt_text t = {0};
+    geist_status st = gt_json_schema_to_gbnf(schema, strlen(schema), "root", &t, &err);
+    if (st != GEIST_OK) {
+        gt_text_free(&t);
+        gt_set_thread_error(err.msg);
+        return st;
+    }
+    *len = t.n;
+    if (cap) gt_copy_message(t.p ? t.p : "", buf, cap);
+    gt_text_free(&t);
+    if (cap <= *len)
+        return gt_thread_fail(GEIST_ERR_BUFFER_TOO_SMALL, "json_schema_to_gbnf: %zu bytes needed", *len + 1);
+    gt_clear_thread_error();
+    return GEIST_OK;
+}

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "../chat/actions.h"
-#include "../grammar/grammar.h"
 #include "../grammar/json.h"
 #include "../grammar/json_schema.h"
 
@@ -104,13 +103,6 @@ geist_status gt_actions_grammar(const geist_action *a, size_t n, int32_t choice,
     if (!ok || !g.p) {
         gt_text_free(&g);
         return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (the actions' grammar)");
-    }
-    /* the whole reply grammar compiles (the engine's limits apply to the composition too) */
-    gt_err gerr = {0};
-    if (gt_grammar_check(g.p, g.n, GEIST_GRAMMAR_GBNF, &gerr) != GEIST_OK) {
-        gt_text_free(&g);
-        return gt_fail(err, gerr.status, "actions: the reply grammar does not compile: %s",
-                       gerr.msg);
     }
     *gbnf = g.p; /* moved */
     return GEIST_OK;

@@ -39,6 +39,9 @@ void gt_gen_free(gt_gen *g) {
     free(g->stop);
     gt_sampler_free(g->sampler);
     gt_detok_free(g->detok);
+    gt_matcher_free(g->matcher);
+    free(g->mask);
+    free(g->masked);
     free(g->out);
     memset(g, 0, sizeof *g);
 }
@@ -243,6 +246,18 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
     gt_sampler_set_simd(g->sampler, m->backend->simd); /* cpu_scalar samples in plain C too */
     st = gt_detok_create(m, 0, &g->detok, err);
     if (st != GEIST_OK) goto fail;
+    if (in->grammar) {
+        st = gt_matcher_create(in->grammar, &g->matcher, err);
+        if (st != GEIST_OK) goto fail;
+        const size_t nv = (size_t)m->cfg.n_vocab;
+        g->mask = gt_malloc_array((nv + 31) / 32 + 1, sizeof(uint32_t));
+        g->masked = gt_malloc_array(nv ? nv : 1, sizeof(float));
+        if (!g->mask || !g->masked) {
+            st = gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (grammar mask)");
+            goto fail;
+        }
+        g->grammar_end = GEIST_FINISH_GRAMMAR;
+    }
     if (g->n_actions && in->action_choice == GEIST_ACTION_REQUIRED) {
         st = end_to_call_prepare(g, err);
         if (st != GEIST_OK) goto fail;
@@ -343,12 +358,64 @@ static bool out_append(gt_gen *g, const char *p, size_t n) {
     return true;
 }
 
+geist_status gt_gen_sample(gt_gen *g, const float *logits, int32_t *out_id, gt_err *err) {
+    if (!g->matcher) return gt_sampler_sample(g->sampler, logits, out_id, err);
+    *out_id = -1;
+    gt_matcher *m = g->matcher;
+    if (gt_matcher_is_done(m)) {
+        g->grammar_end = GEIST_FINISH_STOP;
+        return GEIST_OK;
+    }
+    g->grammar_end = GEIST_FINISH_GRAMMAR;
+    /* every token is at most max_token_bytes long: fewer tokens left than that bound needs can
+     * never complete the grammar */
+    const uint64_t left = g->max_tokens > g->n_gen ? (uint64_t)(g->max_tokens - g->n_gen) : 0;
+    if (!gt_matcher_can_end(m) &&
+        (uint64_t)gt_matcher_min_bytes(m) > left * gt_grammar_max_token_bytes_of(m)) {
+        gt_fail(&g->grammar_err, GEIST_ERR_CAPACITY,
+                "grammar: cannot be completed within the %llu tokens left",
+                (unsigned long long)left);
+        return GEIST_OK;
+    }
+    if (gt_matcher_fill_mask(m, g->mask, &g->grammar_err) != GEIST_OK) return GEIST_OK;
+    const int32_t n = g->model->cfg.n_vocab;
+    int32_t n_allowed = 0;
+    for (int32_t w = 0; w * 32 < n; w++) {
+        const uint32_t bits = g->mask[w];
+        const int32_t end = w * 32 + 32 < n ? w * 32 + 32 : n;
+        if (bits == 0) {
+            for (int32_t i = w * 32; i < end; i++) g->masked[i] = -INFINITY;
+            continue;
+        }
+        n_allowed += __builtin_popcount(bits);
+        for (int32_t i = w * 32; i < end; i++)
+            g->masked[i] = (bits >> (i - w * 32)) & 1u ? logits[i] : -INFINITY;
+    }
+    gt_gen_end_to_call(g, logits, g->masked, (int32_t)left, gt_matcher_min_bytes(m));
+    if (n_allowed == 0) {
+        gt_fail(&g->grammar_err, GEIST_ERR_INVALID_ARGUMENT, "grammar: no token is allowed here");
+        return GEIST_OK;
+    }
+    geist_status st = gt_sampler_sample(g->sampler, g->masked, out_id, err);
+    if (st == GEIST_ERR_INVALID_ARGUMENT) { /* every allowed logit was NaN or -inf: no candidate */
+        *out_id = -1;
+        gt_fail(&g->grammar_err, st, "grammar: no allowed token has a finite logit");
+        return GEIST_OK;
+    }
+    return st;
+}
+
 gt_gen_step gt_gen_token(gt_gen *g, int32_t id, const char **piece, size_t *piece_len,
                          int32_t *finish_after, gt_err *err) {
     const geist_session *s = g->session;
     *piece = "";
     *piece_len = 0;
     *finish_after = -1;
+    if (id < 0) { /* the grammar ended the request (gt_gen_sample) */
+        *finish_after = g->grammar_end;
+        return GT_GEN_END;
+    }
+    if (g->matcher && gt_matcher_accept(g->matcher, id, err) != GEIST_OK) return GT_GEN_FAILED;
     if (gt_token_is_end(g->model, id)) {
         *finish_after = GEIST_FINISH_STOP;
         return GT_GEN_END;
@@ -388,7 +455,10 @@ gt_gen_step gt_gen_token(gt_gen *g, int32_t id, const char **piece, size_t *piec
         size_t keep = held_back(g, g->emitted, g->out_len);
         const size_t mk = g->n_actions && g->call_at == SIZE_MAX ? marker_held(g) : 0;
         upto = g->out_len - (mk > keep ? mk : keep);
-        if (g->n_gen >= g->max_tokens) *finish_after = GEIST_FINISH_LENGTH;
+        if (g->matcher && gt_matcher_is_done(g->matcher)) *finish_after = GEIST_FINISH_STOP;
+        else if (g->n_gen >= g->max_tokens)
+            *finish_after = g->matcher && !gt_matcher_can_end(g->matcher) ? GEIST_FINISH_GRAMMAR
+                                                                         : GEIST_FINISH_LENGTH;
     }
     if (g->call_at != SIZE_MAX) {
         if (g->call_at > g->out_len) g->call_at = SIZE_MAX; /* a stop string came first */

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../grammar/grammar.h"
 #include "../sample/sampler.h"
 #include "../session/session.h"
 #include "../tokenizer/detok.h"
@@ -30,6 +31,7 @@ typedef struct gt_gen_input {
     const geist_action *actions;
     size_t n_actions;
     int32_t action_choice;
+    gt_grammar *grammar; /* constrained output (borrowed; gen holds its own matcher), or NULL */
 } gt_gen_input;
 
 typedef struct gt_gen {
@@ -52,6 +54,11 @@ typedef struct gt_gen {
     /* GEIST_ACTION_REQUIRED: the end-of-turn ids whose probability goes to the newline id that
      * starts the call line, while the call has not begun (nl_id -1: off) */
     int32_t nl_id, n_end_ids, end_ids[8];
+    gt_matcher *matcher; /* constrained output, else NULL */
+    uint32_t *mask;      /* (n_vocab + 31) / 32 words */
+    float *masked;       /* n_vocab: the logits row with the mask applied */
+    int32_t grammar_end; /* the finish reason when gt_gen_sample gives -1 */
+    gt_err grammar_err;  /* why the grammar ended a request, when it did on an error */
 } gt_gen;
 
 /* Checks an ids prompt against the session's room before it is queued (GEIST_ERR_CAPACITY). */
@@ -69,6 +76,14 @@ typedef enum gt_gen_step {
     GT_GEN_END = 1,      /* not appended: finish with *finish_after (an end token, no room) */
     GT_GEN_FAILED = 2    /* err says why (out of memory) */
 } gt_gen_step;
+
+/* Samples the next token from the logits row: with a grammar, the mask is applied to a copy of
+ * the row first (disallowed tokens -inf; end tokens only where the grammar may end), then the
+ * sampler chain runs. *out_id = -1 when the grammar ends the request instead: nothing but the end
+ * can follow (g->grammar_end = STOP), or no token is allowed / the grammar cannot be completed in
+ * the tokens left (GEIST_FINISH_GRAMMAR); gt_gen_token(-1) then finishes it. Thread: any, one
+ * request at a time (the runtime samples requests in parallel on its pool). */
+geist_status gt_gen_sample(gt_gen *g, const float *logits, int32_t *out_id, gt_err *err);
 
 gt_gen_step gt_gen_token(gt_gen *g, int32_t id, const char **piece, size_t *piece_len,
                          int32_t *finish_after, gt_err *err);

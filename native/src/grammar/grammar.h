@@ -91,5 +91,7 @@ bool gt_matcher_is_dead(const gt_matcher *m);
 uint32_t gt_matcher_min_bytes(const gt_matcher *m);
 /* The longest token's byte length (a lower bound on tokens: min_bytes / this). */
 uint32_t gt_grammar_max_token_bytes(const gt_grammar *g);
+/* The same for a matcher's grammar. */
+uint32_t gt_grammar_max_token_bytes_of(const gt_matcher *m);
 
 #endif

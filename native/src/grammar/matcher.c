@@ -810,6 +810,7 @@ void gt_matcher_free(gt_matcher *m) {
 bool gt_matcher_can_end(const gt_matcher *m) { return !m->ended && m->can_end; }
 bool gt_matcher_is_done(const gt_matcher *m) { return m->ended || m->n_stacks == 0; }
 bool gt_matcher_is_dead(const gt_matcher *m) { return !m->ended && m->n_stacks == 0 && !m->can_end; }
+uint32_t gt_grammar_max_token_bytes_of(const gt_matcher *m) { return gt_grammar_max_token_bytes(m->g); }
 uint32_t gt_matcher_min_bytes(const gt_matcher *m) { return m->ended ? 0 : m->min_bytes; }
 
 static geist_status ensure_pcache(gt_grammar *g, uint32_t p, pcache **out, pcache *tmp, gt_err *err) {

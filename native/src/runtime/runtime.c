@@ -43,6 +43,7 @@ typedef struct gt_req {
     size_t n_actions;
     int32_t action_choice;
     char *action_grammar; /* the reply grammar composed from the actions (GBNF) */
+    gt_grammar *grammar; /* compiled at submit (the model's cache), or NULL */
     /* state */
     int state;
     atomic_bool cancel; /* set under the lock, read unlocked in a step */
@@ -122,6 +123,7 @@ static void req_free(gt_req *r) {
     free(r->actions);
     free(r->action_grammar);
     gt_gen_free(&r->gen);
+    gt_grammar_release(r->grammar);
     free(r);
 }
 
@@ -366,6 +368,16 @@ static geist_status copy_inputs(gt_req *q, const geist_request *r, gt_err *err) 
         }
         q->action_choice = r->action_choice;
     }
+    /* the request's grammar, or the one composed from its actions (GBNF) */
+    const char *gtext = q->action_grammar ? q->action_grammar : r->grammar;
+    const int32_t gkind = q->action_grammar ? GEIST_GRAMMAR_GBNF : r->grammar_kind;
+    if (gtext && gkind != GEIST_GRAMMAR_NONE) {
+        if (!q->model->grammar_cache)
+            return gt_fail(err, GEIST_ERR_STATE, "request: a grammar needs a model with a tokenizer");
+        /* compiled on the caller's thread: errors come back from geist_submit */
+        st = gt_grammar_get(q->model->grammar_cache, gtext, strlen(gtext), gkind, &q->grammar, err);
+        if (st != GEIST_OK) return st;
+    }
     q->sopts = r->sampler;
     q->max_tokens = r->max_tokens;
     q->priority = r->priority;
@@ -565,6 +577,7 @@ static geist_status prepare(gt_req *r, gt_err *err) {
         .actions = r->actions,
         .n_actions = r->n_actions,
         .action_choice = r->action_choice,
+        .grammar = r->grammar,
     };
     geist_status st = gt_gen_prepare(&r->gen, r->session, &in, err);
     if (st != GEIST_OK) return st;
@@ -612,8 +625,7 @@ static void sample_task(void *ctx, int64_t i, float *scratch) {
     if (pk->adv != ADV_SAMPLE) return;
     gt_req *r = pk->r;
     r->sample_err = (gt_err){0};
-    r->sample_st =
-        gt_sampler_sample(r->gen.sampler, r->session->logits, &r->sampled, &r->sample_err);
+    r->sample_st = gt_gen_sample(&r->gen, r->session->logits, &r->sampled, &r->sample_err);
 }
 
 /* Returns true when the request ended (events written). */
