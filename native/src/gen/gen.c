@@ -2,6 +2,7 @@
 #include "gen.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,9 +99,12 @@ static geist_status set_prompt(gt_gen *g, const int32_t *ids, size_t n, gt_err *
     return GEIST_OK;
 }
 
-/* GEIST_ACTION_REQUIRED: the newline token that starts the call line and the model's end-of-turn
- * tokens (at most 8 are used). */
-static geist_status end_to_call_prepare(gt_gen *g, gt_err *err) {
+/* GEIST_ACTION_REQUIRED: the newline token that starts the call line, the model's end-of-turn
+ * tokens (at most 8 are used), and the tokens to keep for the call: the longest of the actions'
+ * shortest calls, in bytes (a matcher fed each action's call prefix), at 2 bytes a token plus 8
+ * (the canonical tokenization of a call runs at about 2.8 bytes a token on SmolLM2 and Gemma 3;
+ * a sampled one may take shorter tokens). */
+static geist_status end_to_call_prepare(gt_gen *g, gt_grammar *grammar, gt_err *err) {
     int32_t *ids = NULL;
     size_t n = 0;
     geist_status st = gt_tokenize_alloc(g->model, "\n", 1, 0, &ids, &n, err);
@@ -110,6 +114,27 @@ static geist_status end_to_call_prepare(gt_gen *g, gt_err *err) {
     const int32_t nv = g->model->cfg.n_vocab;
     for (int32_t id = 0; id < nv && g->n_end_ids < 8 && g->nl_id >= 0; id++)
         if (gt_token_is_end(g->model, id)) g->end_ids[g->n_end_ids++] = id;
+    uint32_t longest = 0;
+    for (size_t i = 0; i < g->n_actions && grammar && g->nl_id >= 0; i++) {
+        char prefix[128];
+        const int len = snprintf(prefix, sizeof prefix, GT_ACTION_MARKER "{\"name\":\"%s\","
+                                 "\"arguments\":", g->actions[i].name);
+        if (len <= 0 || (size_t)len >= sizeof prefix) continue;
+        gt_matcher *m = NULL;
+        gt_err ignored = {0};
+        if (gt_matcher_create(grammar, &m, &ignored) != GEIST_OK) continue;
+        bool ok = gt_tokenize_alloc(g->model, prefix, (size_t)len, 0, &ids, &n, &ignored) ==
+                  GEIST_OK;
+        for (size_t k = 0; ok && k < n; k++) ok = gt_matcher_accept(m, ids[k], &ignored) == GEIST_OK;
+        if (ok) {
+            const uint32_t bytes = 1 + (uint32_t)len + gt_matcher_min_bytes(m);
+            if (bytes > longest) longest = bytes;
+        }
+        free(ids);
+        ids = NULL;
+        gt_matcher_free(m);
+    }
+    g->call_reserve = (int32_t)(longest / 2 + 8);
     return GEIST_OK;
 }
 
@@ -117,7 +142,10 @@ void gt_gen_end_to_call(const gt_gen *g, const float *logits, float *masked, int
                         uint32_t call_bytes) {
     if (g->nl_id < 0 || g->call_at != SIZE_MAX || !(masked[g->nl_id] > -INFINITY)) return;
     const int32_t nv = g->model->cfg.n_vocab;
-    if ((int64_t)n_left <= (int64_t)(call_bytes / 2 + 8)) {
+    const int64_t reserve = g->call_reserve > (int64_t)(call_bytes / 2 + 8)
+                                ? g->call_reserve
+                                : (int64_t)(call_bytes / 2 + 8);
+    if ((int64_t)n_left <= reserve) {
         /* the tokens left are about what the call needs: it starts now */
         const float keep = masked[g->nl_id];
         for (int32_t i = 0; i < nv; i++) masked[i] = -INFINITY;
@@ -259,7 +287,7 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
         g->grammar_end = GEIST_FINISH_GRAMMAR;
     }
     if (g->n_actions && in->action_choice == GEIST_ACTION_REQUIRED) {
-        st = end_to_call_prepare(g, err);
+        st = end_to_call_prepare(g, in->grammar, err);
         if (st != GEIST_OK) goto fail;
     }
     /* the rewind comes last: nothing above changed the session */

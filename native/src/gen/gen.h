@@ -54,6 +54,7 @@ typedef struct gt_gen {
     /* GEIST_ACTION_REQUIRED: the end-of-turn ids whose probability goes to the newline id that
      * starts the call line, while the call has not begun (nl_id -1: off) */
     int32_t nl_id, n_end_ids, end_ids[8];
+    int32_t call_reserve; /* tokens kept for the call line (see gt_gen_end_to_call) */
     gt_matcher *matcher; /* constrained output, else NULL */
     uint32_t *mask;      /* (n_vocab + 31) / 32 words */
     float *masked;       /* n_vocab: the logits row with the mask applied */
@@ -95,8 +96,9 @@ const char *gt_gen_reply(const gt_gen *g, size_t *len);
 /* GEIST_ACTION_REQUIRED before the call, on the masked row (where the grammar allows the newline
  * that starts the call line): adds the end-of-turn tokens' probability (from the raw logits row)
  * to the newline, so where the model would stop talking it starts the call; and once the n_left
- * tokens left come down to about what the call needs (call_bytes / 2 + 8, call_bytes = the
- * fewest bytes that complete the grammar from here), only the newline stays. */
+ * tokens left come down to what the longest action's call needs (g->call_reserve, and at least
+ * call_bytes / 2 + 8 for call_bytes = the fewest bytes that complete the grammar from here),
+ * only the newline stays. */
 void gt_gen_end_to_call(const gt_gen *g, const float *logits, float *masked, int32_t n_left,
                         uint32_t call_bytes);
 
