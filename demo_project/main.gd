@@ -276,6 +276,7 @@ func chat_demo() -> void:
 	var line := "Please give me a sword, I must fight the wolves tonight."
 	print("\nPlayer -> %s: %s" % [VILLAGERS[0].name, line])
 	bram.action_choice = GeistNPC.ACTION_REQUIRED
+	bram.max_tokens = 96  # a line of speech and the call
 	bram.item_given.connect(func(item: String, count: int) -> void:
 		print("  [%s hands you %d x %s]" % [VILLAGERS[0].name, count, item]))
 	printraw("%s: " % VILLAGERS[0].name)
