@@ -39,10 +39,12 @@ def grammar_request(grammar: str | None = None,
     return None
 
 
-def check_grammar(text: str, kind: int, model: Model | None = None) -> None:
-    """Compiles without generating; raises InvalidArgumentError with the core's message."""
+def check_grammar(text: str | bytes, kind: int, model: Model | None = None) -> None:
+    """Compiles without generating; raises InvalidArgumentError with the core's message. Bytes
+    are passed as they are (a grammar file that is not valid UTF-8 gets the core's error)."""
     ptr = model._require() if model is not None else ffi.NULL
-    check(lib.geist_grammar_check(ptr, text.encode("utf-8"), kind), "grammar")
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    check(lib.geist_grammar_check(ptr, data, kind), "grammar")
 
 
 class Matcher:
