@@ -116,6 +116,9 @@ def _check_reply(res: Any, pieces: list[str]) -> None:
     if res.action is not None:
         assert res.action.name in {a.name for a in ACTIONS}
         jsonschema.validate(res.action.arguments, schema_of(res.action.name))
+        json.dumps(res.action.arguments)  # plain JSON types
+        assert res.action.json == json.dumps(
+            {"name": res.action.name, "arguments": res.action.arguments}, separators=(",", ":"))
 
 
 @pytest.mark.slow
@@ -125,7 +128,7 @@ def test_npc_with_two_actions_replies_and_calls(model: geist.Model, temperature:
     whose arguments validate; with "auto" it may only speak, and any call validates too."""
     talk = [{"role": "system", "content": PERSONA},
             {"role": "user", "content": "I need a sword, please give me one."}]
-    for seed in range(1 if temperature == 0.0 else 2):  # greedy draws the same for any seed
+    for seed in range(1):
         s = model.session(max_seq_len=512, seed=seed)
         gen = s.chat(talk, max_tokens=64, actions=ACTIONS, action_choice="required",
                      temperature=temperature)
@@ -142,29 +145,12 @@ def test_npc_with_two_actions_replies_and_calls(model: geist.Model, temperature:
 
 @pytest.mark.slow
 def test_cut_short_call_is_no_action(model: geist.Model) -> None:
-    """A call cut by max_tokens gives no ACTION (and no crash); the speech is still the text."""
+    """A required call cut by max_tokens gives no ACTION (and no crash): the reply finishes with
+    "grammar" and its text is still the speech."""
     talk = [{"role": "user", "content": "Open the gate!"}]
-    found_cut = False
-    for n in (3, 9):
-        s = model.session(max_seq_len=256)
-        res = s.chat(talk, max_tokens=n, actions=ACTIONS, action_choice="required",
-                     temperature=0.0).result()
-        assert "<call>" not in res.text
-        if res.action is None:
-            found_cut = True
-        else:
-            jsonschema.validate(res.action.arguments, schema_of(res.action.name))
-    assert found_cut
-
-
-@pytest.mark.slow
-def test_the_call_is_json(model: geist.Model) -> None:
-    """The ACTION event's text is the call as JSON: what .action parsed."""
-    talk = [{"role": "user", "content": "Give me a potion."}]
     s = model.session(max_seq_len=256)
-    res = s.chat(talk, max_tokens=64, actions=[GIVE], action_choice="required",
+    res = s.chat(talk, max_tokens=3, actions=ACTIONS, action_choice="required",
                  temperature=0.0).result()
-    assert res.action is not None
-    assert res.action.name == "give_item"
-    assert set(res.action.arguments) == {"item", "count"}
-    json.dumps(res.action.arguments)  # plain JSON types
+    assert res.action is None
+    assert res.finish_reason == "grammar"
+    assert "<call>" not in res.text
