@@ -583,14 +583,17 @@ typedef struct geist_request {
 /* Actions: functions of the game an NPC may call in its reply.
  *
  * The reply format (constrained by a GBNF grammar built from the actions, so it always holds):
- *     <speech: one line of plain text, not starting with '<'; may be empty>
+ *     <speech: one line of plain text without '<'; may be empty>
  *     <call>{"name":"<action name>","arguments":{<the action's parameters>}}
  * The call line is optional (GEIST_ACTION_AUTO) or required (GEIST_ACTION_REQUIRED); it follows
  * the speech after a newline (or starts the reply when the speech is empty), begins with the
  * marker `<call>` and holds compact JSON with exactly the keys "name" (one of the actions' names)
  * and "arguments" (an object matching that action's `parameters` schema). The reply ends after
  * the call. With GEIST_ACTION_REQUIRED, where the model would end its turn (its end-of-turn
- * tokens' probability) it starts the call line instead.
+ * tokens' probability) it starts the call line instead, and once the tokens left come down to
+ * what the longest action's call needs, the call starts. The speech holds no '<', so a model
+ * cannot write a turn marker such as "<|im_end|>" as text (a stop string would end the reply
+ * without its call); a stop string of the request can still end a reply before its call.
  *
  * Events: the TOKEN pieces and the FINISHED text are the speech only (the newline before the
  * marker, the marker and the call are never streamed: text that could begin the marker is held

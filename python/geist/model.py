@@ -586,7 +586,7 @@ class Session(_Handle):
         """Queues an asynchronous request (text, ids or chat messages) and returns a
         geist.runtime.RequestHandle at once: `.result()`, iteration over streamed pieces,
         `await .aresult()`. Keyword arguments: priority, context, options, seed, grammar,
-        json_schema and the SamplerOptions fields."""
+        json_schema, actions, action_choice and the SamplerOptions fields."""
         from geist.runtime import submit
 
         return submit(self, prompt, max_tokens, stop, **kwargs)

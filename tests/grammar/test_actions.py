@@ -154,3 +154,19 @@ def test_cut_short_call_is_no_action(model: geist.Model) -> None:
     assert res.action is None
     assert res.finish_reason == "grammar"
     assert "<call>" not in res.text
+
+
+@pytest.mark.slow
+def test_gemma3_calls_too(gemma3_path: Any) -> None:
+    """Gemma 3 (no chat template in its GGUF: the built-in ChatML one) used to write "<|im_end|>"
+    as text mid-line, which ended a required reply through the stop string before its call; the
+    speech holds no '<' now, so the call comes."""
+    gemma = geist.Model.load(gemma3_path)
+    talk = [{"role": "system", "content": PERSONA},
+            {"role": "user", "content": "I need a sword, please give me one."}]
+    gen = gemma.session(max_seq_len=512).chat(talk, max_tokens=64, actions=ACTIONS,
+                                              action_choice="required", temperature=0.0)
+    pieces = [p.text for p in gen]
+    res = gen.result()
+    assert res.finish_reason == "stop" and res.action is not None, res
+    _check_reply(res, pieces)

@@ -74,7 +74,7 @@ geist_status gt_actions_grammar(const geist_action *a, size_t n, int32_t choice,
     }
     gt_text g = {0};
     bool ok = gt_text_appendf(
-        &g, "%s\nspeech ::= ([^<\\n] [^\\n]*)?\ncall ::= \"%s\" (",
+        &g, "%s\nspeech ::= [^<\\n]*\ncall ::= \"%s\" (",
         choice == GEIST_ACTION_REQUIRED ? "root ::= (speech \"\\n\")? call"
                                         : "root ::= speech (\"\\n\" call)? | call",
         GT_ACTION_MARKER);
