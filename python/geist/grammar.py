@@ -21,11 +21,19 @@ if TYPE_CHECKING:
 GBNF: int = 1
 JSON_SCHEMA: int = 2
 
-__all__ = ["GBNF", "JSON_SCHEMA", "Matcher", "check_grammar", "grammar_request", "json_schema_to_gbnf"]
+__all__ = [
+    "GBNF",
+    "JSON_SCHEMA",
+    "Matcher",
+    "check_grammar",
+    "grammar_request",
+    "json_schema_to_gbnf",
+]
 
 
-def grammar_request(grammar: str | None = None,
-                    json_schema: str | dict[str, Any] | None = None) -> tuple[str, int] | None:
+def grammar_request(
+    grammar: str | None = None, json_schema: str | dict[str, Any] | None = None
+) -> tuple[str, int] | None:
     """(text, kind) for a request, or None. At most one of grammar / json_schema."""
     if grammar is not None and json_schema is not None:
         raise InvalidArgumentError("pass grammar= or json_schema=, not both")
@@ -53,7 +61,9 @@ class Matcher:
     def __init__(self, model: Model, text: str, kind: int = GBNF) -> None:
         self._model = model
         out = ffi.new("geist_matcher **")
-        check(lib.geist_matcher_create(model._require(), text.encode("utf-8"), kind, out), "grammar")
+        check(
+            lib.geist_matcher_create(model._require(), text.encode("utf-8"), kind, out), "grammar"
+        )
         self._ptr = ffi.gc(out[0], lib.geist_matcher_free)
         self.n_vocab = model.n_vocab
         self._words = np.zeros((self.n_vocab + 31) // 32, dtype=np.uint32)

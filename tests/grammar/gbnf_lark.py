@@ -51,7 +51,7 @@ class _P:
         if e in simple:
             return simple[e]
         digits = {"x": 2, "u": 4, "U": 8}[e]
-        v = int(self.s[self.i:self.i + digits], 16)
+        v = int(self.s[self.i : self.i + digits], 16)
         self.i += digits
         return v
 
@@ -89,7 +89,7 @@ class _P:
                 self.i += 1
                 if op == "{":
                     j = self.s.index("}", self.i)
-                    body = self.s[self.i:j].replace(" ", "")
+                    body = self.s[self.i : j].replace(" ", "")
                     self.i = j + 1
                     if "," in body:
                         lo_s, hi_s = body.split(",")
@@ -162,7 +162,7 @@ def gbnf_to_lark(text: str) -> str:
     p.space(True)
     while p.i < len(p.s):
         m = _WORD.match(p.s, p.i)
-        assert m, p.s[p.i:p.i + 20]
+        assert m, p.s[p.i : p.i + 20]
         name = p.name(m.group(0))
         p.i = m.end()
         p.space(False)

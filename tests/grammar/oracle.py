@@ -71,8 +71,9 @@ class _Wrap:
 @lru_cache(maxsize=4)
 def ll_tokenizer(model: geist.Model) -> Any:
     v = vocab_of(model)
-    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Wrap(v, model)), n_vocab=v.n_vocab,
-                                  eos_token=v.eog or None)
+    return llguidance.LLTokenizer(
+        llguidance.TokenizerWrapper(_Wrap(v, model)), n_vocab=v.n_vocab, eos_token=v.eog or None
+    )
 
 
 # llguidance by default "forces" bytes the grammar fixes: it then allows only the canonical
@@ -102,8 +103,15 @@ def masks(geist_m: Matcher, ll_m: Any, v: Vocab) -> tuple[np.ndarray, np.ndarray
     return g, lb, ll_end  # type: ignore[return-value]
 
 
-def run_sequences(model: geist.Model, text: str, n_seq: int, max_steps: int, seed: int,
-                  kind: int = GBNF, ll_text: str | None = None) -> dict[str, Any]:
+def run_sequences(
+    model: geist.Model,
+    text: str,
+    n_seq: int,
+    max_steps: int,
+    seed: int,
+    kind: int = GBNF,
+    ll_text: str | None = None,
+) -> dict[str, Any]:
     """Samples n_seq sequences uniformly among geist's allowed tokens (random logits), comparing
     the allowed sets of both engines at every step. Returns counts and the first mismatch."""
     v = vocab_of(model)
@@ -122,10 +130,16 @@ def run_sequences(model: geist.Model, text: str, n_seq: int, max_steps: int, see
             if not np.array_equal(g, lb) or gm.can_end != ll_end:
                 only_g = np.flatnonzero(g & ~lb)[:8].tolist()
                 only_l = np.flatnonzero(lb & ~g)[:8].tolist()
-                return {"ok": False, "seq": s, "step": step, "steps": steps,
-                        "only_geist": [(i, v.pieces[i]) for i in only_g],
-                        "only_llg": [(i, v.pieces[i]) for i in only_l],
-                        "can_end": (gm.can_end, ll_end), "n": (int(g.sum()), int(lb.sum()))}
+                return {
+                    "ok": False,
+                    "seq": s,
+                    "step": step,
+                    "steps": steps,
+                    "only_geist": [(i, v.pieces[i]) for i in only_g],
+                    "only_llg": [(i, v.pieces[i]) for i in only_l],
+                    "can_end": (gm.can_end, ll_end),
+                    "n": (int(g.sum()), int(lb.sum())),
+                }
             allowed = np.flatnonzero(g)
             if len(allowed) == 0 or (gm.can_end and rng.random() < 0.15):
                 break

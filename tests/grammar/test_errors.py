@@ -20,7 +20,12 @@ _MANY_ALTS = "root ::= " + " | ".join(f'"w{i}"' for i in range(1_000_000)) + "\n
 HOSTILE: list[tuple[str, int, str | bytes, str]] = [
     # (name, kind, text, a word the message must contain)
     ("left_recursion", GBNF, 'root ::= root "a" | "b"\n', "left-recursive"),
-    ("indirect_left_recursion", GBNF, 'root ::= x\nx ::= y "a"\ny ::= root | "b"\n', "left-recursive"),
+    (
+        "indirect_left_recursion",
+        GBNF,
+        'root ::= x\nx ::= y "a"\ny ::= root | "b"\n',
+        "left-recursive",
+    ),
     ("empty_repeat", GBNF, 'root ::= ("a"?)*\n', "left-recursive"),
     ("empty_language", GBNF, "root ::= x\nx ::= x2\nx2 ::= [^\\x00-\\U0010FFFF]\n", "empty"),
     ("only_self", GBNF, 'root ::= "a" root\n', "empty"),
@@ -36,15 +41,32 @@ HOSTILE: list[tuple[str, int, str | bytes, str]] = [
     ("bad_escape", GBNF, 'root ::= "\\q"\n', "unknown escape"),
     ("duplicate_rule", GBNF, 'root ::= "a"\nroot ::= "b"\n', "defined twice"),
     ("unbalanced_paren", GBNF, 'root ::= ("a"\n', "expected ')'"),
-    ("schema_unknown_keyword", JSON_SCHEMA, json.dumps({"type": "string", "pattern": "^a+$"}),
-     "unsupported keyword 'pattern'"),
+    (
+        "schema_unknown_keyword",
+        JSON_SCHEMA,
+        json.dumps({"type": "string", "pattern": "^a+$"}),
+        "unsupported keyword 'pattern'",
+    ),
     ("schema_bad_json", JSON_SCHEMA, '{"type": "object", ', "JSON"),
     ("schema_deep", JSON_SCHEMA, '{"type":"array","items":' * 120 + "{}" + "}" * 120, "deeper"),
-    ("schema_bad_bounds", JSON_SCHEMA, json.dumps({"type": "integer", "minimum": 5, "maximum": 1}),
-     "no integer"),
-    ("schema_required_missing", JSON_SCHEMA,
-     json.dumps({"type": "object", "properties": {}, "required": ["x"]}), "not in properties"),
-    ("schema_max_length", JSON_SCHEMA, json.dumps({"type": "string", "maxLength": 10**6}), "over 1000"),
+    (
+        "schema_bad_bounds",
+        JSON_SCHEMA,
+        json.dumps({"type": "integer", "minimum": 5, "maximum": 1}),
+        "no integer",
+    ),
+    (
+        "schema_required_missing",
+        JSON_SCHEMA,
+        json.dumps({"type": "object", "properties": {}, "required": ["x"]}),
+        "not in properties",
+    ),
+    (
+        "schema_max_length",
+        JSON_SCHEMA,
+        json.dumps({"type": "string", "maxLength": 10**6}),
+        "over 1000",
+    ),
     ("schema_ref", JSON_SCHEMA, json.dumps({"$ref": "#/defs/a"}), "unsupported keyword '$ref'"),
 ]
 
@@ -64,7 +86,9 @@ def test_count() -> None:
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> geist.Model:
-    path = testing.build_fixture(Path(tmp_path_factory.mktemp("gre")) / "m.gguf", arch="llama", seed=2)
+    path = testing.build_fixture(
+        Path(tmp_path_factory.mktemp("gre")) / "m.gguf", arch="llama", seed=2
+    )
     return geist.Model.load(path)
 
 

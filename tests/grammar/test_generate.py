@@ -16,15 +16,22 @@ jsonschema = pytest.importorskip("jsonschema")
 
 from suite import ACTION_SCHEMA  # noqa: E402
 
-SMALL = {"type": "object", "properties": {"ok": {"type": "boolean"},
-                                          "n": {"type": "integer", "minimum": 0, "maximum": 9}},
-         "required": ["ok", "n"], "additionalProperties": False}
+SMALL = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "required": ["ok", "n"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture(scope="module", params=["llama", "gemma3"])
 def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> geist.Model:
-    path = testing.build_fixture(Path(tmp_path_factory.mktemp("grg")) / f"{request.param}.gguf",
-                                 arch=request.param, weight_type="Q8_0", seed=11)
+    path = testing.build_fixture(
+        Path(tmp_path_factory.mktemp("grg")) / f"{request.param}.gguf",
+        arch=request.param,
+        weight_type="Q8_0",
+        seed=11,
+    )
     return geist.Model.load(path)
 
 
@@ -74,8 +81,10 @@ def test_real_models_json_schema(which: str, temperature: float) -> None:
 
     m = geist.Model.load(models.smollm2_path() if which == "smollm2" else models.gemma3_path())
     s = m.session(max_seq_len=512, seed=7)
-    talk = [{"role": "system", "content": "You are Brom the blacksmith. Reply as JSON."},
-            {"role": "user", "content": "Can you give me a sword?"}]
+    talk = [
+        {"role": "system", "content": "You are Brom the blacksmith. Reply as JSON."},
+        {"role": "user", "content": "Can you give me a sword?"},
+    ]
     for schema in (ACTION_SCHEMA, SMALL):
         s.reset()
         r = s.chat(talk, max_tokens=120, json_schema=schema, temperature=temperature).result()

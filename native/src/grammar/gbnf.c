@@ -215,7 +215,7 @@ static int cmp_range(const void *x, const void *y) {
 /* Appends to alt an element matching one character of the class (ranges sorted in place). */
 static bool emit_class(gt_gbuild *b, uint32_t parent, gt_galt **alt_io, uint32_t alt_rule,
                        uint32_t alt_index, cp_range *rg, size_t n, bool negate) {
-    qsort(rg, n, sizeof *rg, cmp_range);
+    if (n) qsort(rg, n, sizeof *rg, cmp_range);
     size_t m = 0; /* merge */
     for (size_t i = 0; i < n; i++) {
         if (m && rg[i].lo <= rg[m - 1].hi + 1) {

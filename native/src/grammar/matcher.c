@@ -316,7 +316,7 @@ static void next_gen(gt_tables *T) {
 }
 
 static int32_t finish_set(gt_tables *T) {
-    qsort(T->out, T->n_out, sizeof *T->out, cmp_u32);
+    if (T->n_out > 1) qsort(T->out, T->n_out, sizeof *T->out, cmp_u32);
     return set_get(T, T->out, (uint32_t)T->n_out);
 }
 
