@@ -7,6 +7,7 @@
 #include "../model/model.h"
 #include "../util/pool.h"
 #include "../runtime/runtime.h"
+#include "../grammar/grammar.h"
 #include "../tokenizer/tokenizer.h"
 #include "../util/ggml_types.h"
 #include "../util/platform.h"
@@ -168,6 +169,10 @@ static geist_status load_span(geist_engine *engine, const void *data, size_t siz
     if (!st) {
         m->tokenizer_free = gt_tokenizer_free; /* the model frees what it was given */
         st = gt_tokenizer_create(&m->gguf, &m->tokenizer, &err);
+        if (!st && m->tokenizer) {
+            m->grammar_cache_free = gt_grammar_cache_free;
+            st = gt_grammar_cache_create(m->tokenizer, m->cfg.n_vocab, &m->grammar_cache, &err);
+        }
         if (!st && m->backend->device) {
             bool drop = false;
             st = m->backend->device->model_init(engine->dev_ctx, m, map != NULL, &m->dev, &drop,

@@ -12,6 +12,7 @@
 #include "geist.h"
 
 struct gt_tokenizer;
+struct gt_grammar_cache;
 struct gt_pool;
 struct gt_runtime;
 
@@ -86,6 +87,10 @@ struct geist_model {
      * function that frees it: the model's release never calls up. NULL, NULL without one. */
     struct gt_tokenizer *tokenizer;
     void (*tokenizer_free)(struct gt_tokenizer *t);
+    /* grammar/ sits above model/ too: compiled grammars and the sorted vocabulary (thread-safe,
+     * grammar.h), created by api/ at load with the function that frees it. NULL, NULL without. */
+    struct gt_grammar_cache *grammar_cache;
+    void (*grammar_cache_free)(struct gt_grammar_cache *c);
     void *dev;        /* the device backend's model (backend.h gt_device_ops), else NULL */
     uint64_t owned_weight_bytes;
     uint64_t weight_bytes;
