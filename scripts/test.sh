@@ -23,6 +23,7 @@ for t in build/asan/tests/test_*; do
     echo "-- $t" >&2
     case "$(basename "$t")" in
         test_model_load) "$t" "$SMOL" && "$t" "$GEMMA" ;;  # needs real models
+        test_actions) "$t" "$SMOL" ;;  # NPC actions on the real SmolLM2
         test_oom_walk) "$t" tests/fuzz/corpus/gguf/llama_q8.gguf tests/fuzz/corpus/gguf/gemma3_q8.gguf "$SMOL" ;;
         *) "$t" ;;
     esac
@@ -35,9 +36,11 @@ SCONS_JOBS=2 scripts/fuzz.sh -t 30
 echo "== Python tests against the ASan+UBSan build (quick subset)" >&2
 # The Vulkan forward tests run in the release pass only: under the preloaded sanitizers their
 # shaders (executed inside lavapipe, not geist code) took 7.6 minutes; the Vulkan host side
-# (device choice, import/upload, refusals: tests/core/test_vulkan.py) stays in this pass.
+# (device choice, import/upload, refusals: tests/core/test_vulkan.py) stays in this pass. The
+# Metal plan's run on lavapipe (test_metal_step_vk.py: a release executable, its shaders inside
+# lavapipe) runs in the release pass only too.
 scripts/pytest_asan.sh -q -m "not slow" -p no:cacheprovider \
-    --ignore=tests/core/test_vulkan_forward.py
+    --ignore=tests/core/test_vulkan_forward.py --ignore=tests/core/test_metal_step_vk.py
 
 echo "== other platforms: clang build, windows-x86_64 (wine64), linux-arm64 (qemu), wheels" >&2
 scripts/test_platforms.sh
