@@ -22,7 +22,8 @@ import geist
 from geist import testing
 from geist.reference import ReferenceModel
 
-TYPES = ["F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K"]
+TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q4_K", "Q6_K",
+         "Q5_K", "Q3_K", "Q2_K", "IQ4_XS"]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def test_exact_activations_match_float64_reference(arch: str, weight_type: str,
     assert np.std(expected) > 0.1  # not a degenerate fixture
     rel = relative_errors(native, expected)
     print(f"{arch} {weight_type}: max relative error over 32 positions {rel.max():.2e}")
-    assert rel.max() < (1e-4 if weight_type in ("F32", "F16") else 1e-3)
+    assert rel.max() < (1e-4 if weight_type in ("F32", "F16", "BF16") else 1e-3)
     assert (np.argmax(native, axis=1) == np.argmax(expected, axis=1)).all()
 
 
@@ -67,7 +68,7 @@ def test_8bit_activations_match_reference_rounding(arch: str, weight_type: str) 
     exact = rel < 1e-5
     print(f"{arch} {weight_type} (8-bit activations, 1 layer): {exact.sum()}/32 positions "
           f"within 1e-5, max rel error {rel.max():.2e}")
-    if weight_type in ("F32", "F16"):
+    if weight_type in ("F32", "F16", "BF16"):
         assert rel.max() < 1e-4  # float weights see float activations: nothing is rounded
         return
     assert exact[0] and exact.mean() >= 0.25
