@@ -123,7 +123,7 @@ def test_type_overrides_and_embed_type(tmp_path: Path) -> None:
     assert types["blk.0.attn_q.weight"] == "Q5_0"
     assert types["blk.0.ffn_up.weight"] == "Q4_K"
     with pytest.raises(ValueError):
-        testing.build_fixture(tmp_path / "bad.gguf", "llama", "Q3_K")
+        testing.build_fixture(tmp_path / "bad.gguf", "llama", "IQ2_XS")
     with pytest.raises(TypeError):
         testing.build_fixture(tmp_path / "bad.gguf", "llama", "F32", n_heads=3)
 

@@ -75,3 +75,21 @@ def test_8bit_activations_match_reference_rounding(arch: str, weight_type: str) 
     # and the rounding is real: the float model differs at those same positions
     plain = ReferenceModel(path, act_quant=False).forward(ids)
     assert relative_errors(native, plain)[exact].min() > 1e-4
+
+
+def test_q5_k_m_mix_matches_reference_and_generates(exact_engine: geist.Engine) -> None:
+    """A Q5_K_M-like file (testing.Q5_K_M_TYPES: Q5_K, Q6_K and Q4_K tensors in one model)
+    against the float64 reference, then a greedy generation through the runtime."""
+    path = testing.fixture_path("llama", "Q5_K", seed=13, type_overrides=testing.Q5_K_M_TYPES)
+    from gguf import GGUFReader
+
+    types = {t.tensor_type.name for t in GGUFReader(path).tensors if len(t.shape) == 2}
+    assert types == {"Q5_K", "Q6_K", "Q4_K"}
+    ids, native = run(path, exact_engine, 32)
+    rel = relative_errors(native, ReferenceModel(path, act_quant=False).forward(ids))
+    print(f"llama Q5_K_M mix: max relative error over 32 positions {rel.max():.2e}")
+    assert rel.max() < 1e-3
+    with geist.Model.load(path) as model, model.session(max_seq_len=64) as s:
+        out = s.generate([5, 17, 42, 99], max_tokens=12, temperature=0.0).result()
+    assert len(out.ids) == 12 and out.finish_reason == "length"
+    assert len(set(out.ids)) > 1
