@@ -11,8 +11,11 @@
 #       decode_tokens_per_s_per_npc = mean over NPCs of generated / its own decode_ms
 #       aggregate_tokens_per_s = all generated tokens / the whole wall time (prefills included)
 #   godot --headless --path demo_project -- --chat-demo [--model PATH]   (scripted conversation)
+# In the dialogue UI and the chat demo Bram the blacksmith (blacksmith.gd) can hand the player an
+# item through an NPC action; the bench uses plain NPCs.
 extends Control
 
+const Blacksmith := preload("res://blacksmith.gd")
 const DEFAULT_MODEL := "res://models/model.gguf"
 const VILLAGERS := [
 	{"name": "Bram", "cap": 128, "color": Color(0.85, 0.55, 0.3),
@@ -82,13 +85,13 @@ func load_model() -> Dictionary:
 		"size": bytes.size()}
 
 
-func make_npc(i: int, tokens: int) -> GeistNPC:
+func make_npc(i: int, tokens: int, with_actions: bool = false) -> GeistNPC:
 	var v: Dictionary = VILLAGERS[i % VILLAGERS.size()]
-	var npc := GeistNPC.new()
+	var npc: GeistNPC = Blacksmith.new() if with_actions and i == 0 else GeistNPC.new()
 	npc.name = "%s_%d" % [v.name.replace(" ", ""), i]
 	npc.model = model
 	npc.persona = v.persona
-	npc.max_seq_len = v.cap
+	npc.max_seq_len = maxi(v.cap, Blacksmith.MIN_CAP) if npc is Blacksmith else v.cap
 	npc.max_tokens = tokens
 	npc.temperature = 0.7
 	npc.seed = 7 + i
@@ -253,8 +256,11 @@ func chat_demo() -> void:
 	print("Geist Village (model %s, %d MB, loaded in %.1f ms from a PackedByteArray)"
 		% [model_path().get_file(), ld.size / 1048576, ld.load_ms])
 	var ok := true
+	var bram: Blacksmith = null
 	for i in VILLAGERS.size():
-		var npc := make_npc(i, 48)
+		var npc := make_npc(i, 48, true)
+		if i == 0:
+			bram = npc as Blacksmith
 		var line: String = LINES[i]
 		print("\nPlayer -> %s: %s" % [VILLAGERS[i].name, line])
 		printraw("%s: " % VILLAGERS[i].name)
@@ -266,6 +272,17 @@ func chat_demo() -> void:
 		print("  [%d tokens, %.1f tok/s, KV %d KB for a cap of %d]" % [st.generated_tokens,
 			st.generated_tokens / max(st.decode_ms / 1000.0, 1e-9),
 			npc.memory().kv_cache / 1024, npc.max_seq_len])
+	# the blacksmith's action: asked for a sword, he hands one over (a call is required here)
+	var line := "Please give me a sword, I must fight the wolves tonight."
+	print("\nPlayer -> %s: %s" % [VILLAGERS[0].name, line])
+	bram.action_choice = GeistNPC.ACTION_REQUIRED
+	bram.max_tokens = 96  # a line of speech and the call
+	bram.item_given.connect(func(item: String, count: int) -> void:
+		print("  [%s hands you %d x %s]" % [VILLAGERS[0].name, count, item]))
+	printraw("%s: " % VILLAGERS[0].name)
+	var answer: String = await bram.say(line)
+	print("\n  inventory from Bram: ", bram.given)
+	ok = ok and (answer != "" or not bram.given.is_empty())
 	get_tree().quit(0 if ok else 1)
 
 
@@ -315,9 +332,13 @@ func build_ui() -> void:
 			% [model_path(), model.get_error()])
 		return
 	for i in VILLAGERS.size():
-		var npc := make_npc(i, 48)
+		var npc := make_npc(i, 48, true)
 		npcs.append(npc)
 		npc.token.connect(func(p): log_label.append_text(p))
+		if i == 0:
+			(npc as Blacksmith).item_given.connect(func(item: String, count: int) -> void:
+				log_label.append_text("\n[color=yellow](%s hands you %d x %s)[/color]"
+					% [VILLAGERS[0].name, count, item]))
 		npc.failed.connect(func(m): log_label.append_text("[color=red](%s)[/color]" % m))
 
 

@@ -23,6 +23,7 @@ for t in build/asan/tests/test_*; do
     echo "-- $t" >&2
     case "$(basename "$t")" in
         test_model_load) "$t" "$SMOL" && "$t" "$GEMMA" ;;  # needs real models
+        test_actions) "$t" "$SMOL" ;;  # NPC actions on the real SmolLM2
         test_oom_walk) "$t" tests/fuzz/corpus/gguf/llama_q8.gguf tests/fuzz/corpus/gguf/gemma3_q8.gguf "$SMOL" ;;
         *) "$t" ;;
     esac

@@ -3,7 +3,7 @@
 #   the clang build (warning-free under -Werror, or it would not exist): the C unit tests;
 #   windows-x86_64 under wine64: the C unit tests (the runtime stress test on SmolLM2, winpthreads),
 #     and geist_runner on fixtures of every weight
-#     type (both architectures) and on SmolLM2 (8 reference prompts, 32 greedy tokens);
+#     type (llama and gemma3), one Q4_K fixture of each later architecture, and on SmolLM2 (8 reference prompts, 32 greedy tokens);
 #   linux-arm64 under qemu-aarch64-static, once with -cpu max (dotprod, i8mm) and once with
 #     -cpu cortex-a53 (plain NEON, the fallback): the C unit tests, geist_runner on the same
 #     fixtures and on SmolLM2 (2 prompts, 16 tokens: emulation is slow).
@@ -28,6 +28,8 @@ from geist import testing
 for arch in ("llama", "gemma3"):
     for t in ("F32", "F16", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K"):
         print(testing.fixture_path(arch, t))
+for family in ("llama3", "mistral", "qwen2", "qwen3", "phi3", "gemma2"):  # one each
+    print(testing.family_fixture_path(family, "Q4_K"))
 PYEOF
 )
 expect() { # model prompts tokens -> the expected file's path
@@ -51,7 +53,7 @@ run_suite() { # label dir exe-suffix smol-prompts smol-tokens stress-tokens pref
             *) "$@" "$t" >/dev/null ;;
         esac || { echo "FAIL $label: $t" >&2; "$@" "$t" | tail -n 20 >&2; return 1; }
     done
-    echo "-- $label: geist_runner on 16 fixtures" >&2
+    echo "-- $label: geist_runner on 22 fixtures" >&2
     for m in $FIXTURES; do
         "$@" "$dir/tools/geist_runner$exe" -n 8 -e "$(expect "$m" "$OUT/fixture_prompts.txt" 8)" \
             "$m" "$OUT/fixture_prompts.txt" >/dev/null 2>"$OUT/runner.log" ||

@@ -242,6 +242,18 @@ void reg_signal_typed(const char *cls, const char *name, const char *arg, int ty
     gd_sn_free(&n);
 }
 
+void reg_signal2(const char *cls, const char *name, const char *arg0, int type0, const char *arg1,
+                 int type1) {
+    gopq c = gd_sn(cls), n = gd_sn(name), s0[3], s1[3];
+    GDExtensionPropertyInfo p[2] = {pinfo(type0, arg0, NULL, 0, NULL, USAGE_DEFAULT, s0),
+                                    pinfo(type1, arg1, NULL, 0, NULL, USAGE_DEFAULT, s1)};
+    GD.classdb_register_extension_class_signal(GD.library, &c, &n, p, 2);
+    pinfo_free(s0);
+    pinfo_free(s1);
+    gd_sn_free(&c);
+    gd_sn_free(&n);
+}
+
 void reg_const(const char *cls, const char *en, const char *name, int64_t v) {
     gopq c = gd_sn(cls), e = gd_sn(en), n = gd_sn(name);
     GD.classdb_register_extension_class_integer_constant(GD.library, &c, &e, &n, v, 0);
@@ -298,6 +310,7 @@ void props_init(void *self, const pdef *t, size_t n) {
         case PK_BOOL: *FIELD(self, p, int32_t) = p->def != 0; break;
         case PK_STR: *FIELD(self, p, char *) = sdup(p->def_str); break;
         case PK_OBJ: gv_nil(FIELD(self, p, gvar)); break;
+        case PK_ARR: gv_array(FIELD(self, p, gvar)); break;
         case PK_STRS: {
             gopq arr;
             memset(&arr, 0, sizeof arr);
@@ -318,7 +331,7 @@ void props_free(void *self, const pdef *t, size_t n) {
         if (p->kind == PK_STR) {
             free(*FIELD(self, p, char *));
             *FIELD(self, p, char *) = NULL;
-        } else if (p->kind == PK_OBJ || p->kind == PK_STRS) {
+        } else if (p->kind == PK_OBJ || p->kind == PK_STRS || p->kind == PK_ARR) {
             gv_free(FIELD(self, p, gvar));
             gv_nil(FIELD(self, p, gvar));
         }
@@ -334,7 +347,7 @@ const pdef *prop_find(const pdef *t, size_t n, const char *name) {
 
 static const char *type_word(int kind) {
     static const char *const w[] = {"an int", "an int", "a float", "a bool", "a String",
-                                    "an Object", "a PackedStringArray"};
+                                    "an Object", "a PackedStringArray", "an Array"};
     return w[kind];
 }
 
@@ -349,6 +362,7 @@ int prop_set(void *self, const pdef *p, const gvar *v) {
     case PK_BOOL: ok = t == T_BOOL || t == T_INT; break;
     case PK_STR: ok = t == T_STRING || t == GDEXTENSION_VARIANT_TYPE_STRING_NAME; break;
     case PK_OBJ: ok = t == T_OBJECT || t == T_NIL; break;
+    case PK_ARR: ok = t == T_ARRAY; break;
     default: ok = t == GDEXTENSION_VARIANT_TYPE_PACKED_STRING_ARRAY || t == T_ARRAY; break;
     }
     if (!ok) {
@@ -388,7 +402,7 @@ int prop_set(void *self, const pdef *p, const gvar *v) {
     default: {
         gvar *dst = FIELD(self, p, gvar);
         gv_free(dst);
-        if (t == T_ARRAY) { /* typed: the property is a PackedStringArray */
+        if (t == T_ARRAY && p->kind == PK_STRS) { /* typed: a PackedStringArray */
             gv_psa(dst, v);
         } else {
             GD.variant_new_copy(dst, v);

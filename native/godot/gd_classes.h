@@ -86,11 +86,17 @@ typedef struct gsession {
     double last_prefill_ms, last_decode_ms, last_start_ms, last_first_token_ms, last_end_ms;
     int last_finish;
     int restored_image; /* the last restore() used the core's KV image */
+    /* constrained output of the next request (GeistNPC.actions / ask_json) */
+    gvar actions;          /* Array of {name, description, parameters} Dictionaries */
+    int32_t action_choice; /* GEIST_ACTION_AUTO / REQUIRED */
+    char *json_schema;     /* ask_json(): the reply's JSON schema (used once), or NULL */
+    char *last_action;     /* the running request's call (ACTION event JSON), or NULL */
 } gsession;
 
 typedef struct gqueued {
     char *line;
-    gvar reply; /* its GeistReply */
+    gvar reply;   /* its GeistReply */
+    char *schema; /* ask_json(): the JSON schema text, else NULL */
 } gqueued;
 
 typedef struct gnpc {
@@ -104,7 +110,10 @@ typedef struct gnpc {
     int32_t top_k, max_tokens, priority;
     int64_t seed;
     int32_t trim, keep_first, keep_last, reply_reserve;
+    gvar actions_var; /* Array of {name, description, parameters} Dictionaries */
+    int32_t action_choice;
     /* state */
+    int current_json; /* the running reply is an ask_json() */
     gvar session_var;
     gsession *sess;
     gmsg *carry; /* the conversation kept while the session is remade (max_seq_len, ...) */
@@ -194,7 +203,7 @@ typedef struct mdef {
 /* Properties from a table: one entry per property drives its registration (the property and its
  * set_<name>/get_<name> methods), its default, its validation and its Variant marshalling.
  * The value lives at `off` in the instance struct, stored as `kind` says. */
-enum { PK_I32, PK_I64, PK_F64, PK_BOOL, PK_STR, PK_OBJ, PK_STRS };
+enum { PK_I32, PK_I64, PK_F64, PK_BOOL, PK_STR, PK_OBJ, PK_STRS, PK_ARR };
 typedef struct pdef {
     const char *name;
     int type; /* Variant type of the property */
@@ -246,6 +255,9 @@ void reg_property(const char *cls, const char *name, int type, uint32_t hint,
                          uint32_t usage);
 void reg_signal(const char *cls, const char *name, const char *arg);
 void reg_signal_typed(const char *cls, const char *name, const char *arg, int type);
+/* A signal of two typed arguments. */
+void reg_signal2(const char *cls, const char *name, const char *arg0, int type0, const char *arg1,
+                 int type1);
 /* Virtual methods a class overrides (called with ptrcall arguments). */
 typedef struct vdef {
     const char *name;
@@ -265,6 +277,9 @@ void reply_new(gvar *out);
 void reply_complete(const gvar *reply, const char *text, int32_t finish_reason,
                     const char *error);
 void reply_complete_value(const gvar *reply, gvar *value);
+/* reply_complete with another result than the text (ask_json: the parsed value). */
+void reply_complete_with(const gvar *reply, const char *text, int32_t finish_reason,
+                         const char *error, gvar *value);
 char **strs_of(const gvar *arr, size_t *n);
 void strs_free(char **s, size_t n);
 /* Reads a GeistSampler's options (and its stop strings into *stop); 0 if obj is not one. */
@@ -350,6 +365,9 @@ gsession *npc_session(gnpc *p, char *err, size_t cap);
 void mn_say(void *self, const GDExtensionConstVariantPtr *a, int64_t n, gvar *ret);
 
 int json_to_variant(const char *text, gvar *out);
+/* A Variant (Dictionary, Array, String, numbers, bools, null) as compact JSON text, malloc'd;
+ * NULL for what JSON cannot hold (NaN, nesting deeper than 32) or out of memory. */
+char *variant_to_json(const gvar *v);
 /* per-class registration */
 void model_register(void);
 void model_unregister(void);

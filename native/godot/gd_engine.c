@@ -213,6 +213,30 @@ void handle_event(const gr_event *ev) {
         GDExtensionObjectPtr npc = npc_obj_of(s->npc_id);
         if (npc)
             emit1(npc, "token", text, ev->text_len);
+    } else if (ev->type == GEIST_EVENT_ACTION) {
+        /* the call {"name": ..., "arguments": {...}}: acted(name, args) with typed arguments
+         * (ints stay ints); FINISHED follows */
+        free(s->last_action);
+        s->last_action = sdup(text);
+        gvar call, name, args;
+        GDExtensionObjectPtr npc = npc_obj_of(s->npc_id);
+        if (npc && json_to_variant(text, &call) && gv_type(&call) == T_DICT) {
+            if (gv_dict_get(&call, "name", &name)) {
+                char *nm = gv_to_utf8(&name, NULL);
+                gv_free(&name);
+                gv_sname(&name, nm ? nm : "");
+                free(nm);
+                if (!gv_dict_get(&call, "arguments", &args))
+                    gv_dict(&args);
+                gvar both[2] = {name, args};
+                gd_emit(npc, "acted", both, 2);
+                gv_free(&args);
+                gv_free(&name);
+            }
+            gv_free(&call);
+        } else if (npc) {
+            gv_free(&call);
+        }
     } else {
         s->busy = 0;
         s->last_prompt = ev->n_prompt;
@@ -225,7 +249,20 @@ void handle_event(const gr_event *ev) {
         int ok = ev->type == GEIST_EVENT_FINISHED;
         if (s->pending_user) {
             s->pending_user = 0;
-            if (ok && ev->finish_reason != GEIST_FINISH_CANCELLED)
+            if (ok && ev->finish_reason != GEIST_FINISH_CANCELLED && s->last_action) {
+                /* the reply as the model wrote it, call line included: the next turn sees what
+                 * the NPC did and reuses the KV to its end */
+                size_t lt = strlen(text), la = strlen(s->last_action);
+                char *full = malloc(lt + la + 8);
+                if (full) {
+                    snprintf(full, lt + la + 8, "%s%s<call>%s", text, lt ? "\n" : "",
+                             s->last_action);
+                    transcript_add(s, "assistant", full);
+                    free(full);
+                } else {
+                    transcript_add(s, "assistant", text);
+                }
+            } else if (ok && ev->finish_reason != GEIST_FINISH_CANCELLED)
                 transcript_add(s, "assistant", text);
             else if (s->n_msgs > 0) { /* drop the unanswered line */
                 s->n_msgs--;

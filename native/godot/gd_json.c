@@ -1,5 +1,6 @@
 /* gd_json.c — the core's JSON (geist_model_info_json) as Variants. Godot's JSON class reads every
  * number as a float; here a number written without a fraction or exponent is an int. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -156,4 +157,156 @@ int json_to_variant(const char *text, gvar *out) {
     jp p = {text, 0, strlen(text), 0};
     value(&p, out, 0);
     return !p.bad;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Variants as JSON text (a Dictionary schema -> the core's JSON Schema text)                     */
+
+typedef struct jw {
+    char *p;
+    size_t n, cap;
+    int bad;
+} jw;
+
+static void jw_put(jw *w, const char *s, size_t n) {
+    if (w->bad)
+        return;
+    if (w->n + n + 1 > w->cap) {
+        size_t cap = w->cap ? w->cap : 256;
+        while (cap < w->n + n + 1)
+            cap *= 2;
+        char *q = realloc(w->p, cap);
+        if (!q) {
+            w->bad = 1;
+            return;
+        }
+        w->p = q;
+        w->cap = cap;
+    }
+    memcpy(w->p + w->n, s, n);
+    w->n += n;
+    w->p[w->n] = 0;
+}
+
+static void jw_string(jw *w, const char *s, size_t n) {
+    jw_put(w, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            jw_put(w, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            jw_put(w, esc, 6);
+        } else {
+            jw_put(w, (const char *)&c, 1);
+        }
+    }
+    jw_put(w, "\"", 1);
+}
+
+static void jw_value(jw *w, const gvar *v, int depth) {
+    if (depth > 32) {
+        w->bad = 1;
+        return;
+    }
+    char num[64];
+    int t = gv_type(v);
+    switch (t) {
+    case T_NIL: jw_put(w, "null", 4); return;
+    case T_BOOL: gv_to_int(v, 0) ? jw_put(w, "true", 4) : jw_put(w, "false", 5); return;
+    case T_INT:
+        snprintf(num, sizeof num, "%lld", (long long)gv_to_int(v, 0));
+        jw_put(w, num, strlen(num));
+        return;
+    case T_FLOAT: {
+        double d = gv_to_float(v, 0);
+        if (d != d || d - d != 0) { /* NaN and infinities are not JSON */
+            w->bad = 1;
+            return;
+        }
+        snprintf(num, sizeof num, "%.17g", d);
+        jw_put(w, num, strlen(num));
+        return;
+    }
+    case T_DICT: {
+        gvar keys;
+        gopq m = gd_sn("keys");
+        GDExtensionCallError ce;
+        GD.variant_call((GDExtensionVariantPtr)v, &m, NULL, 0, &keys, &ce);
+        gd_sn_free(&m);
+        if (ce.error != GDEXTENSION_CALL_OK) {
+            w->bad = 1;
+            return;
+        }
+        jw_put(w, "{", 1);
+        int64_t n = gv_size(&keys);
+        for (int64_t i = 0; i < n && !w->bad; i++) {
+            gvar k, val;
+            if (!gv_index(&keys, i, &k))
+                continue;
+            size_t kl = 0;
+            char *ks = gv_to_utf8(&k, &kl);
+            GDExtensionBool valid = 0;
+            GD.variant_get_keyed(v, &k, &val, &valid);
+            if (ks && valid) {
+                if (i)
+                    jw_put(w, ",", 1);
+                jw_string(w, ks, kl);
+                jw_put(w, ":", 1);
+                jw_value(w, &val, depth + 1);
+            } else {
+                w->bad = 1;
+            }
+            if (valid)
+                gv_free(&val);
+            free(ks);
+            gv_free(&k);
+        }
+        gv_free(&keys);
+        jw_put(w, "}", 1);
+        return;
+    }
+    default:
+        break;
+    }
+    if (t == T_ARRAY || (t >= GDEXTENSION_VARIANT_TYPE_PACKED_BYTE_ARRAY &&
+                         t <= GDEXTENSION_VARIANT_TYPE_PACKED_STRING_ARRAY)) {
+        jw_put(w, "[", 1);
+        int64_t n = gv_size(v);
+        for (int64_t i = 0; i < n && !w->bad; i++) {
+            gvar e;
+            if (!gv_index(v, i, &e)) {
+                w->bad = 1;
+                break;
+            }
+            if (i)
+                jw_put(w, ",", 1);
+            jw_value(w, &e, depth + 1);
+            gv_free(&e);
+        }
+        jw_put(w, "]", 1);
+        return;
+    }
+    /* String, StringName, NodePath and anything else: its text */
+    size_t len = 0;
+    char *s = gv_to_utf8(v, &len);
+    if (!s) {
+        w->bad = 1;
+        return;
+    }
+    jw_string(w, s, len);
+    free(s);
+}
+
+char *variant_to_json(const gvar *v) {
+    jw w = {0};
+    jw_value(&w, v, 0);
+    if (w.bad) {
+        free(w.p);
+        return NULL;
+    }
+    return w.p;
 }

@@ -53,6 +53,10 @@ static const pdef NPC_PROPS[] = {
      npc_changed, 0},
     {"reply_reserve", T_INT, HINT_RANGE, "-1,1024,1", O(reply_reserve), PK_I32, -1, NULL, -1,
      1 << 20, NULL, npc_changed, 0},
+    {"actions", T_ARRAY, HINT_NONE, NULL, O(actions_var), PK_ARR, 0, NULL, 1, 0, NULL,
+     npc_changed, 0},
+    {"action_choice", T_INT, HINT_ENUM, "Auto,Required", O(action_choice), PK_I32,
+     GEIST_ACTION_AUTO, NULL, 0, 1, NULL, npc_changed, 0},
 };
 #undef O
 
@@ -112,6 +116,7 @@ static void npc_fail_pending(gnpc *p, const char *why, int with_current) {
         engine_late_reply(0, &p->queue[i].reply, why);
         gv_free(&p->queue[i].reply);
         free(p->queue[i].line);
+        free(p->queue[i].schema);
     }
     p->n_queue = 0;
 }
@@ -201,6 +206,9 @@ void npc_sync_options(gnpc *p) {
     s->ctx.reply_reserve = p->reply_reserve;
     free(s->system);
     s->system = sdup(p->persona);
+    gv_free(&s->actions);
+    GD.variant_new_copy(&s->actions, &p->actions_var);
+    s->action_choice = p->action_choice;
 }
 
 /* The NPC's session, created on first use from its properties. */
@@ -244,8 +252,9 @@ static void make_signal(gvar *ret, GDExtensionObjectPtr obj, const char *name) {
     gd_sn_free(&sn);
 }
 
-/* Submits a line now; on failure its reply completes (empty) on the next drain. */
-static void npc_start(gnpc *p, const char *line, gvar *reply) {
+/* Submits a line now (schema: ask_json()'s JSON schema, or NULL); on failure its reply
+ * completes (empty) on the next drain. */
+static void npc_start(gnpc *p, const char *line, gvar *reply, const char *schema) {
     char err[512];
     gsession *s = npc_session(p, err, sizeof err);
     if (!s) {
@@ -254,6 +263,9 @@ static void npc_start(gnpc *p, const char *line, gvar *reply) {
         return;
     }
     npc_sync_options(p);
+    free(s->json_schema);
+    s->json_schema = schema ? sdup(schema) : NULL;
+    p->current_json = schema != NULL;
     gvar arg, rc;
     gv_str(&arg, line);
     GDExtensionConstVariantPtr args[1] = {&arg};
@@ -269,14 +281,15 @@ static void npc_start(gnpc *p, const char *line, gvar *reply) {
     gv_free(&rc);
 }
 
-void mn_say(void *self, const GDExtensionConstVariantPtr *a, int64_t n, gvar *ret) {
-    gnpc *p = self;
+/* say(line) and ask_json(line, schema): schema is the JSON text or NULL. */
+static void npc_say(gnpc *p, char *line, char *schema, const char *what, gvar *ret) {
     gvar reply;
     reply_new(&reply);
     make_signal(ret, gv_to_obj(&reply), "completed");
-    char *line = a_str(a, n, 0, NULL);
     if (!line || !line[0]) {
-        engine_late_reply(p->obj, &reply, "say(): the line is empty");
+        char msg[64];
+        snprintf(msg, sizeof msg, "%s(): the line is empty", what);
+        engine_late_reply(p->obj, &reply, msg);
         gv_free(&reply);
     } else if ((p->sess && p->sess->busy) || p->n_queue > 0) {
         if (p->n_queue == p->cap_queue) {
@@ -286,17 +299,40 @@ void mn_say(void *self, const GDExtensionConstVariantPtr *a, int64_t n, gvar *re
                 engine_late_reply(p->obj, &reply, "out of memory");
                 gv_free(&reply);
                 free(line);
+                free(schema);
                 return;
             }
             p->queue = nq;
             p->cap_queue = nc;
         }
-        p->queue[p->n_queue++] = (gqueued){line, reply};
+        p->queue[p->n_queue++] = (gqueued){line, reply, schema};
         return;
     } else {
-        npc_start(p, line, &reply);
+        npc_start(p, line, &reply, schema);
     }
     free(line);
+    free(schema);
+}
+
+void mn_say(void *self, const GDExtensionConstVariantPtr *a, int64_t n, gvar *ret) {
+    npc_say(self, a_str(a, n, 0, NULL), NULL, "say", ret);
+}
+
+/* ask_json(line, schema: Dictionary): the reply is JSON matching the schema (the grammar
+ * engine's JSON Schema subset); awaiting gives the parsed value (ints as int). */
+static void mn_ask_json(void *self, const GDExtensionConstVariantPtr *a, int64_t n, gvar *ret) {
+    gnpc *p = self;
+    char *schema = n >= 2 && gv_type(a[1]) == T_DICT ? variant_to_json(a[1]) : NULL;
+    if (!schema) {
+        gvar reply;
+        reply_new(&reply);
+        make_signal(ret, gv_to_obj(&reply), "completed");
+        engine_late_reply(p->obj, &reply,
+                          "ask_json(): the schema must be a Dictionary that JSON can hold");
+        gv_free(&reply);
+        return;
+    }
+    npc_say(p, a_str(a, n, 0, NULL), schema, "ask_json", ret);
 }
 
 /* After a reply ended (gd_engine.c): completes its GeistReply, starts the next queued line. */
@@ -306,7 +342,21 @@ void npc_reply_ended(gnpc *p, const char *text, int32_t finish, const char *erro
     gvar cur = p->current;
     gv_nil(&p->current);
     GDObjectInstanceID id = GD.object_get_instance_id(p->obj);
-    reply_complete(&cur, text, finish, error); /* handlers may free the NPC */
+    if (p->current_json) { /* ask_json(): the parsed value (null when it does not parse) */
+        p->current_json = 0;
+        gvar val;
+        if (!(error && error[0]) && json_to_variant(text, &val)) {
+            reply_complete_with(&cur, text, finish, error, &val);
+        } else {
+            if (!(error && error[0]))
+                gv_free(&val);
+            gv_nil(&val);
+            reply_complete_with(&cur, text, finish, error, &val);
+        }
+        gv_free(&val);
+    } else {
+        reply_complete(&cur, text, finish, error); /* handlers may free the NPC */
+    }
     gv_free(&cur);
     if (!inst_of(GD.object_get_instance_from_id(id), TAG_NPC))
         return;
@@ -314,8 +364,9 @@ void npc_reply_ended(gnpc *p, const char *text, int32_t finish, const char *erro
         gqueued q = p->queue[0];
         memmove(p->queue, p->queue + 1, (p->n_queue - 1) * sizeof *p->queue);
         p->n_queue--;
-        npc_start(p, q.line, &q.reply);
+        npc_start(p, q.line, &q.reply, q.schema);
         free(q.line);
+        free(q.schema);
     }
 }
 
@@ -467,6 +518,8 @@ static const vdef NPC_VIRTUALS[] = {{"_get_configuration_warnings", npc_v_warnin
 
 static const mdef NPC_METHODS[] = {
     {"say", mn_say, T_SIGNAL, NULL, 1, {{"line", T_STRING, NULL}}, NULL, 0},
+    {"ask_json", mn_ask_json, T_SIGNAL, NULL, 2,
+     {{"line", T_STRING, NULL}, {"schema", T_DICT, NULL}}, NULL, 0},
     {"cancel", mn_cancel, T_INT, NULL, 0, {{0}}, NULL, 0},
     {"reset", mn_reset, T_INT, NULL, 0, {{0}}, NULL, 0},
     {"save_memory", mn_save_memory, T_BYTES, NULL, 0, {{0}}, NULL, 0},
@@ -488,5 +541,8 @@ void npc_register(void) {
     reg_signal("GeistNPC", "finished", "text");
     reg_signal("GeistNPC", "failed", "message");
     reg_signal("GeistNPC", "replied", "text");
+    reg_const("GeistNPC", "ActionChoice", "ACTION_AUTO", GEIST_ACTION_AUTO);
+    reg_const("GeistNPC", "ActionChoice", "ACTION_REQUIRED", GEIST_ACTION_REQUIRED);
+    reg_signal2("GeistNPC", "acted", "name", GDEXTENSION_VARIANT_TYPE_STRING_NAME, "args", T_DICT);
     TAG_NPC = class_tag("GeistNPC");
 }

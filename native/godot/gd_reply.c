@@ -39,6 +39,11 @@ void reply_new(gvar *out) {
 
 void reply_complete(const gvar *reply, const char *text, int32_t finish_reason,
                     const char *error) {
+    reply_complete_with(reply, text, finish_reason, error, NULL);
+}
+
+void reply_complete_with(const gvar *reply, const char *text, int32_t finish_reason,
+                         const char *error, gvar *value) {
     greply *r = inst_of(gv_to_obj(reply), TAG_REPLY);
     if (!r || r->done)
         return;
@@ -50,9 +55,13 @@ void reply_complete(const gvar *reply, const char *text, int32_t finish_reason,
     r->done = 1;
     gvar hold, v;
     gv_obj(&hold, r->obj); /* a handler may drop the last reference */
-    gv_str(&v, text);
-    gd_emit(r->obj, "completed", &v, 1);
-    gv_free(&v);
+    if (value) {
+        gd_emit(r->obj, "completed", value, 1);
+    } else {
+        gv_str(&v, text);
+        gd_emit(r->obj, "completed", &v, 1);
+        gv_free(&v);
+    }
     gv_free(&hold);
 }
 

@@ -176,6 +176,11 @@ geist_status gr_submit(gr *r, gr_sess *s, const gr_request *req, uint64_t *reque
     gq.max_tokens = req->max_tokens;
     gq.priority = req->priority;
     gq.user_data = req->user_data;
+    gq.grammar = req->grammar;
+    gq.grammar_kind = req->grammar ? req->grammar_kind : GEIST_GRAMMAR_NONE;
+    gq.actions = req->actions;
+    gq.n_actions = req->n_actions;
+    gq.action_choice = req->action_choice;
 
     pthread_mutex_lock(&r->mu);
     geist_status st = GEIST_OK;
@@ -244,6 +249,8 @@ size_t gr_poll(gr *r, gr_event *events, size_t max) {
                     ac->t_first = t;
                 continue;
             }
+            if (ce->type == GEIST_EVENT_ACTION)
+                continue; /* not an end: FINISHED follows */
             const double first = ac->t_first != 0.0 ? ac->t_first : t;
             e->prefill_ms = first - ac->t_submit;
             e->decode_ms = t - first;

@@ -33,6 +33,11 @@ typedef struct gr_request {
     int32_t max_tokens;
     int32_t priority;
     uint64_t user_data;
+    const char *grammar; /* constrained output (geist_request.grammar), or NULL */
+    int32_t grammar_kind;
+    const geist_action *actions; /* NPC actions (geist.h "Actions"), or NULL */
+    size_t n_actions;
+    int32_t action_choice;
 } gr_request;
 
 /* Timings are taken on the thread that calls gr_poll (the main thread, once per frame), so they
@@ -44,7 +49,7 @@ typedef struct gr_request {
  *    of the n_tokens generated tokens (each runs once through the model), batched with the
  *    other active sessions. */
 typedef struct gr_event {
-    int32_t type; /* GEIST_EVENT_TOKEN / FINISHED / FAILED */
+    int32_t type; /* GEIST_EVENT_TOKEN / ACTION / FINISHED / FAILED */
     uint64_t request_id;
     uint64_t user_data;
     int32_t token;

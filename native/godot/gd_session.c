@@ -43,6 +43,7 @@ GDExtensionObjectPtr session_alloc(void) {
         return NULL;
     gv_nil(&s->model_ref);
     gv_nil(&s->stop);
+    gv_nil(&s->actions);
     s->ctx = (geist_context_policy){1, -1, 1, -1};
     s->max_tokens = 64;
     geist_sampler_options_default(&s->sampler);
@@ -70,6 +71,9 @@ void session_free_inst(void *ud, GDExtensionClassInstancePtr inst) {
     transcript_clear(s);
     free(s->msgs);
     free(s->system);
+    free(s->json_schema);
+    free(s->last_action);
+    gv_free(&s->actions);
     gv_free(&s->stop);
     gv_free(&s->model_ref); /* may free the model now */
     free(s);
@@ -227,6 +231,83 @@ GDExtensionObjectPtr session_new(gmodel *m, int32_t max_seq_len, const gvar *opt
     return o;
 }
 
+/* GeistNPC.actions (an Array of {name, description, parameters} Dictionaries; parameters a
+ * Dictionary schema or its JSON text) as geist_actions; the strings are malloc'd into strs. The
+ * core checks names and schemas at submit. */
+typedef struct gacts {
+    geist_action *v;
+    size_t n;
+    char **strs;
+    size_t n_strs;
+} gacts;
+
+static void acts_free(gacts *a) {
+    for (size_t i = 0; i < a->n_strs; i++)
+        free(a->strs[i]);
+    free(a->strs);
+    free(a->v);
+    memset(a, 0, sizeof *a);
+}
+
+static char *acts_keep(gacts *a, char *str) {
+    if (str)
+        a->strs[a->n_strs++] = str;
+    return str;
+}
+
+static char *dict_text(const gvar *d, const char *key, int json) {
+    gvar v;
+    if (!gv_dict_get(d, key, &v))
+        return NULL;
+    char *out = NULL;
+    if (gv_type(&v) == T_NIL)
+        out = NULL;
+    else if (json && gv_type(&v) == T_DICT)
+        out = variant_to_json(&v);
+    else
+        out = gv_to_utf8(&v, NULL);
+    gv_free(&v);
+    return out;
+}
+
+static int acts_build(const gvar *arr, gacts *a, char *err, size_t cap) {
+    memset(a, 0, sizeof *a);
+    int64_t n = gv_type(arr) == T_ARRAY ? gv_size(arr) : 0;
+    if (n <= 0)
+        return 1;
+    a->v = calloc((size_t)n, sizeof *a->v);
+    a->strs = calloc((size_t)n * 3, sizeof *a->strs);
+    if (!a->v || !a->strs) {
+        acts_free(a);
+        snprintf(err, cap, "out of memory");
+        return 0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        gvar d;
+        if (!gv_index(arr, i, &d) || gv_type(&d) != T_DICT) {
+            if (gv_type(&d) != T_NIL)
+                gv_free(&d);
+            snprintf(err, cap,
+                     "GeistNPC.actions[%lld] must be a Dictionary {name, description, "
+                     "parameters}",
+                     (long long)i);
+            acts_free(a);
+            return 0;
+        }
+        geist_action *ac = &a->v[a->n++];
+        ac->name = acts_keep(a, dict_text(&d, "name", 0));
+        ac->description = acts_keep(a, dict_text(&d, "description", 0));
+        ac->parameters = acts_keep(a, dict_text(&d, "parameters", 1));
+        gv_free(&d);
+        if (!ac->name) {
+            snprintf(err, cap, "GeistNPC.actions[%lld] has no name", (long long)i);
+            acts_free(a);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int session_submit(gsession *s, const gr_request *base) {
     if (!s->rs) {
         sess_set_error(s, E_UNCONFIGURED, "the session has no model (use model.create_session)");
@@ -245,12 +326,39 @@ int session_submit(gsession *s, const gr_request *base) {
     r.max_tokens = base->max_tokens ? base->max_tokens : s->max_tokens;
     r.priority = s->priority;
     r.user_data = GD.object_get_instance_id(s->obj);
+    /* constrained output: ask_json()'s schema (this request only), else the NPC's actions */
+    char *schema = s->json_schema;
+    s->json_schema = NULL;
+    gacts acts;
+    char aerr[256];
+    if (!schema && !acts_build(&s->actions, &acts, aerr, sizeof aerr)) {
+        strs_free(stop, n_stop);
+        sess_set_error(s, E_INVALID_PARAM, aerr);
+        return E_INVALID_PARAM;
+    }
+    if (schema) {
+        memset(&acts, 0, sizeof acts);
+        r.grammar = schema;
+        r.grammar_kind = GEIST_GRAMMAR_JSON_SCHEMA;
+    } else if (acts.n) {
+        r.actions = acts.v;
+        r.n_actions = acts.n;
+        r.action_choice = s->action_choice;
+    }
+    free(s->last_action);
+    s->last_action = NULL;
     uint64_t id = 0;
     geist_status st = gr_submit(ENG->rt, s->rs, &r, &id);
+    char cerr[512] = "";
+    if (st != GEIST_OK && st != GEIST_ERR_STATE)
+        geist_last_error(cerr, sizeof cerr); /* the core's reason (a bad schema, ...) */
     strs_free(stop, n_stop);
+    acts_free(&acts);
+    free(schema);
     if (st != GEIST_OK) {
         sess_set_error(s, err_of(st), st == GEIST_ERR_STATE ? "a request is already running"
-                                                             : "cannot queue the request");
+                                      : cerr[0]             ? cerr
+                                                            : "cannot queue the request");
         return err_of(st);
     }
     s->request_id = id;

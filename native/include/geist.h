@@ -177,7 +177,8 @@ GEIST_API void geist_model_free(geist_model *model);
 /* Copies the message of the last failed call on this model (any thread). Returns its length. */
 GEIST_API size_t geist_model_error(geist_model *model, char *buf, size_t cap);
 
-/* Model facts as a JSON object (architecture, sizes, tensor type counts, context length, ...).
+/* Model facts as a JSON object (architecture, sizes, tensor type counts, context length, the
+ * layer recipe: rope style and scaling, QK and post norms, biases, soft-caps, tied output, ...).
  * Writes at most cap bytes (NUL-terminated) and sets *needed to the full length + 1.
  * GEIST_ERR_BUFFER_TOO_SMALL if cap < *needed. */
 GEIST_API geist_status geist_model_info_json(const geist_model *model, char *buf, size_t cap,
@@ -504,6 +505,43 @@ typedef struct geist_context_policy {
     int32_t reply_reserve;
 } geist_context_policy;
 
+/* Constrained output (docs/GRAMMAR.md): a request may carry a grammar or a JSON schema. */
+typedef enum geist_grammar_kind {
+    GEIST_GRAMMAR_NONE = 0,
+    GEIST_GRAMMAR_GBNF = 1,       /* llama.cpp's GBNF syntax (rules, | ( ) * + ? {m,n}, classes) */
+    GEIST_GRAMMAR_JSON_SCHEMA = 2 /* a JSON Schema of the documented subset; compact JSON out */
+} geist_grammar_kind;
+
+/* Compiles a grammar or schema without generating, to report errors early (a front end's
+ * validation). model may be NULL (syntax and limits only; a model also builds its vocabulary
+ * cache and caches the compiled grammar for later requests). Errors: GEIST_ERR_INVALID_ARGUMENT
+ * with a message (geist_last_error) naming the line/column or schema path and the problem. */
+GEIST_API geist_status geist_grammar_check(geist_model *model, const char *text, int32_t kind);
+
+/* The GBNF grammar geist compiles a JSON schema to (what GEIST_GRAMMAR_JSON_SCHEMA runs): written
+ * to buf (NUL-terminated, truncated to cap); *len = its full length. GEIST_ERR_BUFFER_TOO_SMALL
+ * when cap <= *len. Errors as geist_grammar_check. */
+GEIST_API geist_status geist_json_schema_to_gbnf(const char *schema, char *buf, size_t cap,
+                                                 size_t *len);
+
+/* A grammar matcher for front ends that run their own sampling loop (and for tests/benchmarks):
+ * the same compiled grammar (per-model cache) and masks the runtime applies. Not thread-safe per
+ * matcher; different matchers are independent. */
+typedef struct geist_matcher geist_matcher;
+GEIST_API geist_status geist_matcher_create(geist_model *model, const char *text, int32_t kind,
+                                            geist_matcher **out);
+GEIST_API void geist_matcher_free(geist_matcher *m);
+/* Writes the allowed tokens: bit (id % 32) of bits[id / 32]; n_words >= (n_vocab + 31) / 32.
+ * End-of-generation tokens are allowed where the grammar may end; other special tokens never. */
+GEIST_API geist_status geist_matcher_mask(geist_matcher *m, uint32_t *bits, size_t n_words);
+/* Advances by one allowed token (GEIST_ERR_INVALID_ARGUMENT for a token the mask forbids; the
+ * state is unchanged then). */
+GEIST_API geist_status geist_matcher_accept(geist_matcher *m, int32_t token);
+/* 1 when the grammar may end here, else 0. */
+GEIST_API int32_t geist_matcher_can_end(const geist_matcher *m);
+/* 1 when nothing but the end can follow (or the end was accepted), else 0. */
+GEIST_API int32_t geist_matcher_is_done(const geist_matcher *m);
+
 typedef struct geist_request {
     uint32_t struct_size;
     /* The prompt: exactly one of text, ids or messages. Text is tokenized with the model's
@@ -526,7 +564,73 @@ typedef struct geist_request {
     int32_t priority;   /* higher runs first (on-screen NPCs); default 0 */
     uint64_t user_data; /* echoed in every event of the request */
     geist_context_policy context; /* messages requests only */
+    /* Constrained output: NULL = none. The grammar's mask applies to the logits row before the
+     * sampler (penalties, bias, top-k/top-p/min-p, temperature), so an allowed token always
+     * survives; end-of-generation tokens are allowed only where the grammar may end; special and
+     * control tokens never. Compiled grammars are cached per model (same text and kind, same
+     * compiled object; thread-safe). A grammar that does not compile fails geist_submit with
+     * GEIST_ERR_INVALID_ARGUMENT. When no token is allowed, or the grammar cannot be completed
+     * within the tokens left of max_tokens, the request finishes with GEIST_FINISH_GRAMMAR.
+     * When the grammar admits nothing but its end, the request finishes with STOP. */
+    const char *grammar;  /* NUL-terminated GBNF or JSON Schema text */
+    int32_t grammar_kind; /* geist_grammar_kind (NONE: grammar is ignored) */
+    /* NPC actions (see "Actions" below): the reply is speech, then optionally one call of one
+     * of these actions; n_actions = 0 (default) = plain text. Copied at submit. */
+    const struct geist_action *actions;
+    size_t n_actions;
+    int32_t action_choice; /* geist_action_choice; default GEIST_ACTION_AUTO */
 } geist_request;
+
+/* Actions: functions of the game an NPC may call in its reply.
+ *
+ * The reply format (constrained by a GBNF grammar built from the actions, so it always holds):
+ *     <speech: one line of plain text without '<'; may be empty>
+ *     <call>{"name":"<action name>","arguments":{<the action's parameters>}}
+ * The call line is optional (GEIST_ACTION_AUTO) or required (GEIST_ACTION_REQUIRED); it follows
+ * the speech after a newline (or starts the reply when the speech is empty), begins with the
+ * marker `<call>` and holds compact JSON with exactly the keys "name" (one of the actions' names)
+ * and "arguments" (an object matching that action's `parameters` schema). The reply ends after
+ * the call. With GEIST_ACTION_REQUIRED, where the model would end its turn (its end-of-turn
+ * tokens' probability) it starts the call line instead, and once the tokens left come down to
+ * what the longest action's call needs, the call starts. The speech holds no '<', so a model
+ * cannot write a turn marker such as "<|im_end|>" as text (a stop string would end the reply
+ * without its call); a stop string of the request can still end a reply before its call.
+ *
+ * Events: the TOKEN pieces and the FINISHED text are the speech only (the newline before the
+ * marker, the marker and the call are never streamed: text that could begin the marker is held
+ * back, like a stop string). When the reply ends with a complete call, one GEIST_EVENT_ACTION
+ * (text = the call's JSON) comes right before FINISHED; a call cut short (max_tokens, capacity,
+ * cancel) gives no ACTION event.
+ *
+ * The prompt: with messages, the action list is appended to the first system message (a system
+ * message is put first when there is none) in this plain format (neither SmolLM2's nor Gemma 3's
+ * chat template has a tool section, so every model gets it):
+ *     (blank line)
+ *     The game lets you act. Your actions:
+ *     - <name>: <description> Arguments: <parameters schema, on one line>
+ *     - <name>: <description> No arguments.
+ *     Reply in character in one short line. To act, add a second line: <call>{"name":"<first
+ *     action>","arguments":{...}}
+ * (GEIST_ACTION_REQUIRED: "Reply in character in one short line, then act on a second line:
+ * ..."). A text prompt gets the same section (without the blank line, then a blank line) before
+ * the text; an ids prompt gets nothing (the caller renders it).
+ *
+ * Checked at submit (GEIST_ERR_INVALID_ARGUMENT, nothing queued): names match
+ * [A-Za-z_][A-Za-z0-9_]{0,63} and are unique, 1..GEIST_MAX_ACTIONS actions, each parameters
+ * schema compiles (the grammar engine's JSON Schema subset, an object), no `grammar` together
+ * with actions, action_choice is one of geist_action_choice. */
+#define GEIST_MAX_ACTIONS 64
+typedef struct geist_action {
+    const char *name;        /* NUL-terminated */
+    const char *description; /* NULL or NUL-terminated: what the action does, for the prompt */
+    const char *parameters;  /* a JSON Schema of the arguments object (the grammar engine's
+                              * subset); NULL = no arguments ({}) */
+} geist_action;
+
+typedef enum geist_action_choice {
+    GEIST_ACTION_AUTO = 0,    /* speech, optionally one call */
+    GEIST_ACTION_REQUIRED = 1 /* speech (may be empty), then exactly one call */
+} geist_action_choice;
 
 GEIST_API void geist_request_default(geist_request *r);
 
@@ -549,14 +653,19 @@ typedef enum geist_event_type {
                                * dropped when the reply ends without completing it). Only
                                * when memory runs out can a TOKEN event be dropped; the
                                * FINISHED text still holds the whole reply then */
-    GEIST_EVENT_FAILED = 3    /* the request failed; status + text = the message */
+    GEIST_EVENT_FAILED = 3,   /* the request failed; status + text = the message */
+    GEIST_EVENT_ACTION = 4    /* the reply called an action (request.actions): text = the call
+                               * as JSON {"name": ..., "arguments": {...}}; comes right before
+                               * the request's FINISHED event, at most once */
 } geist_event_type;
 
 typedef enum geist_finish_reason {
     GEIST_FINISH_STOP = 0,     /* an end token or a stop string */
     GEIST_FINISH_LENGTH = 1,   /* max_tokens reached */
     GEIST_FINISH_CAPACITY = 2, /* the session's max_seq_len reached */
-    GEIST_FINISH_CANCELLED = 3 /* geist_cancel, or the session was freed */
+    GEIST_FINISH_CANCELLED = 3, /* geist_cancel, or the session was freed */
+    GEIST_FINISH_GRAMMAR = 4    /* the grammar allows no token, or cannot be completed within
+                                 * max_tokens (the text so far is a prefix of a valid output) */
 } geist_finish_reason;
 
 typedef struct geist_event {

@@ -108,7 +108,7 @@ typedef struct spec {
 /* Positions of fields in the built image, for byte patches. */
 typedef struct marks {
     size_t tensor_count, kv_count, arch_len, vtype_u8, bool_val, arr_len, str_arr_len,
-        str_elem_len, t0_offset, data_start, data_end;
+        str_elem_len, t0_name, t0_offset, data_start, data_end;
 } marks;
 
 static const char *const k_strs[] = {"a", "", "h\xc3\xa9llo", "<|im_start|>"};
@@ -247,6 +247,7 @@ static void build(const spec *s, buf *b, marks *m) {
     uint64_t need = 0;
     for (size_t i = 0; i < s->n_tensors; i++) {
         const tspec *t = &s->tensors[i];
+        if (i == 0) m->t0_name = b->n;
         put_str(b, t->name);
         put_u32(b, t->n_dims);
         for (uint32_t d = 0; d < t->n_dims && d < 5; d++) put_u64(b, t->ne[d]);
@@ -743,6 +744,134 @@ static void test_tensor_errors(void) {
     free(b.p);
 }
 
+/* The classes of llama.cpp's public GGUF loader bug history that the tests above do not already
+ * hold, one case each, with the error each must give (issue 20, item 4): counts and lengths just
+ * past 2^32 (what a 32-bit truncation would turn back into a valid value), "negative" lengths
+ * (2^64 - 1), huge alignments and the padding they ask for, tensor byte sizes that wrap past 2^64,
+ * n_dims far past 4, a zero first dimension, tensor names of hostile lengths, a known key of the
+ * wrong type. */
+static void test_bug_history(void) {
+    spec s;
+    buf b;
+    marks m;
+    default_spec(&s);
+    build(&s, &b, &m);
+    buf orig = b;
+    orig.p = malloc(b.n);
+    if (!orig.p) exit(2);
+    memcpy(orig.p, b.p, b.n);
+#define RESET() memcpy(b.p, orig.p, b.n)
+    const uint64_t p32 = (uint64_t)1 << 32;
+    /* counts near 2^32: 2^32 + 3 tensors would truncate to the 3 there are */
+    patch_u64(&b, m.tensor_count, p32 + 3);
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "tensor count 4294967299", "tensor count 2^32+3");
+    RESET();
+    patch_u64(&b, m.tensor_count, p32);
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "tensor count 4294967296", "tensor count 2^32");
+    RESET();
+    patch_u64(&b, m.kv_count, p32 + 18); /* 18 keys here */
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "key count 4294967314", "kv count 2^32+18");
+    RESET();
+    patch_u64(&b, m.kv_count, UINT64_MAX);
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "key count", "kv count 2^64-1");
+    RESET();
+    /* string lengths: 2^32 + 5 truncates to "llama"'s 5; 2^64 - 1 is -1 as a signed length */
+    patch_u64(&b, m.arch_len, p32 + 5);
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "string length 4294967301 exceeds", "string 2^32+5");
+    RESET();
+    patch_u64(&b, m.arch_len, p32 - 1);
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "string length 4294967295 exceeds", "string 2^32-1");
+    RESET();
+    patch_u64(&b, m.str_elem_len, UINT64_MAX); /* a token-like string element of length -1 */
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "element 2: string length", "string element -1");
+    RESET();
+    patch_u64(&b, m.str_elem_len, p32 + 6); /* "h\xc3\xa9llo" is 6 bytes */
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "element 2: string length 4294967302",
+                "string element 2^32+6");
+    RESET();
+    /* array lengths: 2^32 + 3 floats; 2^32 + 4 strings; 2^63 + 3 (x 4 bytes wraps to 12) */
+    patch_u64(&b, m.arr_len, p32 + 3);
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "array length 4294967299", "array length 2^32+3");
+    RESET();
+    patch_u64(&b, m.str_arr_len, p32 + 4);
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "array length 4294967300", "string array 2^32+4");
+    RESET();
+    patch_u64(&b, m.arr_len, ((uint64_t)1 << 62) + 3); /* * 4 bytes = 2^64 + 12: wraps to 12 */
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "array length", "array bytes wrap to 12");
+    RESET();
+    /* tensor names of hostile lengths */
+    patch_u64(&b, m.t0_name, (uint64_t)1 << 63);
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "string length 9223372036854775808",
+                "tensor name 2^63");
+    RESET();
+    patch_u64(&b, m.t0_name, p32 + 17); /* "token_embd.weight" is 17 bytes */
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "string length 4294967313", "tensor name 2^32+17");
+    RESET();
+    patch_u64(&b, m.t0_name, UINT64_MAX);
+    expect_fail(&b, GEIST_ERR_BAD_FORMAT, "exceeds", "tensor name -1");
+#undef RESET
+    free(orig.p);
+    free(b.p);
+
+    /* huge alignments: powers of two, so only the padding they ask for can refuse them */
+    default_spec(&s);
+    s.align_vtype = GGUF_VT_UINT64;
+    s.align = (uint64_t)1 << 63;
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "past end of file", "alignment 2^63");
+    s.align = p32;
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "past end of file", "alignment 2^32");
+    s.align = UINT64_MAX;
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "not a non-zero power of two", "alignment 2^64-1");
+    s.align = ((uint64_t)1 << 63) + 32;
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "not a non-zero power of two", "alignment 2^63+32");
+    default_spec(&s);
+    s.align = (uint64_t)1 << 31; /* uint32 */
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "past end of file", "alignment 2^31");
+    /* general.alignment of a signed or float type (a known key of the wrong type) */
+    static const uint32_t wrong[] = {GGUF_VT_INT32, GGUF_VT_FLOAT32}; /* 4 bytes: build() */
+    for (size_t i = 0; i < sizeof wrong / sizeof *wrong; i++) {
+        default_spec(&s);
+        s.align_vtype = wrong[i];
+        s.align = 32;
+        expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "expected an unsigned integer",
+                         "alignment of a signed/float type");
+    }
+
+    /* tensor byte sizes past 2^64: 2^62 F32 elements are 2^64 bytes (wraps to 0); 2^62 + 8 of
+     * them wrap to 32, a size that would fit the file */
+    default_spec(&s);
+    s.tensors[0] = (tspec){"token_embd.weight", 1, {(uint64_t)1 << 62}, GT_TYPE_F32, 0};
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "byte size overflows", "F32 bytes wrap to 0");
+    s.tensors[0].ne[0] = ((uint64_t)1 << 62) + 8;
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "byte size overflows", "F32 bytes wrap to 32");
+    s.tensors[0] = (tspec){"token_embd.weight", 2, {2, ((uint64_t)1 << 61) + 4}, GT_TYPE_F32, 0};
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "byte size overflows", "2-d F32 bytes wrap");
+    /* n_dims far past 4 (only 5 dims are written: the count alone must refuse it) */
+    default_spec(&s);
+    s.tensors[0].n_dims = UINT32_MAX;
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "4294967295 dimensions", "n_dims 2^32-1");
+    s.tensors[0].n_dims = 0x80000000u; /* negative as an int32 */
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "2147483648 dimensions", "n_dims 2^31");
+    /* a zero first dimension (the row length) */
+    default_spec(&s);
+    s.tensors[2].ne[0] = 0;
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "dimension 0 is 0", "ne[0] 0");
+    /* the last dimension of 4 is 0 */
+    default_spec(&s);
+    s.tensors[0] = (tspec){"token_embd.weight", 4, {4, 3, 1, 0}, GT_TYPE_F32, 0};
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "dimension 3 is 0", "ne[3] 0");
+    /* a tensor past the end by its size only: offset fine, the bytes run past the data */
+    default_spec(&s);
+    s.tensors[2].ne[0] = 8 + 16; /* 48 bytes instead of 16 at offset 160 */
+    s.data_delta = -32;
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "past end of file", "tensor bytes past the end");
+    /* duplicate names among more tensors */
+    default_spec(&s);
+    s.tensors[1].name = "blk.0.attn_norm.weight";
+    expect_spec_fail(&s, GEIST_ERR_BAD_FORMAT, "duplicate tensor name 'blk.0.attn_norm.weight'",
+                     "duplicate tensor name (1, 2)");
+}
+
 /* Random byte corruption of a valid file: every outcome is fine except a crash, a sanitizer
  * report, or a success whose tensors are not inside the span. */
 static void test_random_corruption(void) {
@@ -793,6 +922,7 @@ int main(int argc, char **argv) {
     test_metadata_errors();
     test_alignment_variants();
     test_tensor_errors();
+    test_bug_history();
     test_random_corruption();
     if (g_failures) {
         printf("test_gguf: %d of %d checks failed\n", g_failures, g_checks);

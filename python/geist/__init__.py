@@ -1,5 +1,6 @@
 """geist: small language models inside games. Python SDK over the native core (geist.h)."""
 
+from geist.actions import Action, ActionCall
 from geist.errors import (
     BadFormatError,
     BufferTooSmallError,
@@ -18,6 +19,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KV_MODES",
+    "Action",
+    "ActionCall",
     "BadFormatError",
     "BufferTooSmallError",
     "CapacityError",

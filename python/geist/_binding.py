@@ -99,6 +99,7 @@ _EVENTS = _enum("geist_event_type")
 EVENT_TOKEN: int = _EVENTS["GEIST_EVENT_TOKEN"]
 EVENT_FINISHED: int = _EVENTS["GEIST_EVENT_FINISHED"]
 EVENT_FAILED: int = _EVENTS["GEIST_EVENT_FAILED"]
+EVENT_ACTION: int = _EVENTS["GEIST_EVENT_ACTION"]
 FINISH_REASONS: dict[int, str] = {
     v: k.removeprefix("GEIST_FINISH_").lower() for k, v in _enum("geist_finish_reason").items()
 }

@@ -68,13 +68,26 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
     model_name, prompt = _split_model_and_text(ns.args)
     path = _resolve_model(model_name)
+    constraint: dict[str, str] = {}
+    if ns.grammar and ns.json_schema:
+        print("geist run: give --grammar or --json-schema, not both", file=sys.stderr)
+        return 2
+    if ns.grammar:
+        constraint["grammar"] = Path(ns.grammar).read_text(encoding="utf-8")
+    if ns.json_schema:
+        constraint["json_schema"] = Path(ns.json_schema).read_text(encoding="utf-8")
     with geist.Model.load(path, backend=ns.backend) as model, \
             model.session(max_seq_len=ns.max_seq_len, kv_mode=ns.kv_mode) as s:
-        if ns.chat:
-            pieces = s.chat([{"role": "user", "content": prompt}], max_tokens=ns.max_tokens,
-                            **_sampling(ns))
-        else:
-            pieces = s.generate(prompt, max_tokens=ns.max_tokens, **_sampling(ns))
+        try:
+            if ns.chat:
+                pieces = s.chat([{"role": "user", "content": prompt}], max_tokens=ns.max_tokens,
+                                **constraint, **_sampling(ns))  # type: ignore[arg-type]
+            else:
+                pieces = s.generate(prompt, max_tokens=ns.max_tokens, **constraint,  # type: ignore[arg-type]
+                                    **_sampling(ns))
+        except geist.InvalidArgumentError as e:
+            print(f"geist run: {e}", file=sys.stderr)
+            return 2
         t0 = time.perf_counter()
         for piece in pieces:
             sys.stdout.write(piece.text)
@@ -308,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("args", nargs="+", metavar="[MODEL] PROMPT")
     r.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
     r.add_argument("--ids", action="store_true", help="also print the generated token ids")
+    r.add_argument("--grammar", metavar="FILE", help="constrain the output to a GBNF grammar")
+    r.add_argument("--json-schema", metavar="FILE",
+                   help="constrain the output to a JSON Schema (docs/GRAMMAR.md: the subset)")
     _sampling_args(r, default_temperature=0.0)
     r.set_defaults(func=cmd_run)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from geist.actions import ActionCall
 from geist.errors import GeistError
 from geist.sampling import SamplerOptions
 
@@ -52,9 +53,11 @@ class GenerationResult:
     """The end of a request. `text` always equals the concatenation of the streamed pieces.
 
     finish_reason: "stop" (an end token or a stop string), "length" (max_tokens), "capacity"
-    (the session's max_seq_len), "cancelled", or "failed" (then `error` is set).
+    (the session's max_seq_len), "cancelled", "grammar" (the request's grammar allowed no
+    token, or could not be completed within max_tokens), or "failed" (then `error` is set).
     n_prompt: prompt tokens the request ran; n_reused: tokens of the session's KV it kept;
-    n_dropped: messages the context policy dropped."""
+    n_dropped: messages the context policy dropped. action: with `actions=`, the call the
+    reply made (None: it only spoke); `text` is the speech then."""
 
     text: str = ""
     ids: list[int] = field(default_factory=list)
@@ -65,3 +68,11 @@ class GenerationResult:
     error: GeistError | None = None
     first_token_s: float | None = None  # seconds from submit to the first token event
     elapsed_s: float = 0.0
+    action: ActionCall | None = None
+
+    def json(self) -> Any:
+        """The reply parsed as JSON (a json_schema request's output); raises ValueError when the
+        text is not JSON (e.g. a reply that finished with "length" or "grammar")."""
+        import json as _json
+
+        return _json.loads(self.text)

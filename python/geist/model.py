@@ -539,6 +539,8 @@ class Session(_Handle):
     def generate(self, prompt: str | Sequence[int] = "", max_tokens: int = 128,
                  stop: Sequence[str] = (), *, options: SamplerOptions | None = None,
                  seed: int | None = None, parse_special: bool = False,
+                 actions: Sequence[Any] = (), action_choice: str = "auto",
+                 grammar: str | None = None, json_schema: str | dict[str, Any] | None = None,
                  **sampling: float | int) -> Generation:
         """Appends the prompt (text or ids) and streams the reply: iterate the returned
         Generation for Pieces, or call its `.result()` (text, ids, finish_reason, counts).
@@ -547,33 +549,44 @@ class Session(_Handle):
         session's logits. Generation ends at an end token, a stop string (not included in the
         output), max_tokens, or the session's cap. Sampling: `options` (a SamplerOptions), then
         any of its fields as keywords (temperature=0.0, top_k=...); seed defaults to the
-        session's. An ids prompt that cannot fit raises CapacityError at once."""
+        session's. An ids prompt that cannot fit raises CapacityError at once. Constrained
+        output: `grammar` (GBNF) or `json_schema` (str or dict); see docs/GRAMMAR.md. `actions`
+        (geist.actions.Action or dicts): the reply is speech and maybe one call, parsed into
+        the result's `.action` (action_choice "required": always a call)."""
         from geist.runtime import submit
 
         return Generation(submit(self, prompt, max_tokens, stop, options=options, seed=seed,
-                                 parse_special=parse_special, record_last=True, **sampling))
+                                 parse_special=parse_special, record_last=True, grammar=grammar,
+                                 json_schema=json_schema, actions=actions,
+                                 action_choice=action_choice, **sampling))
 
     def chat(self, messages: Sequence[Mapping[str, str]], max_tokens: int = 128,
              stop: Sequence[str] = (), *, context: ContextPolicy | None = None,
              options: SamplerOptions | None = None, seed: int | None = None,
+             actions: Sequence[Any] = (), action_choice: str = "auto",
+             grammar: str | None = None, json_schema: str | dict[str, Any] | None = None,
              **sampling: float | int) -> Generation:
         """Streams the reply to a conversation: `messages` is the whole conversation so far
         ({role, content} dicts). The core renders the model's chat template, keeps the KV of
         what the session already holds (only new tokens are prefilled), drops the oldest turns
         when the cap would be exceeded (keeping the persona; see ContextPolicy) and ends the
         reply at the template's end-of-turn strings too. The result reports n_reused,
-        n_prompt and n_dropped."""
+        n_prompt and n_dropped. Constrained output: `grammar` (GBNF) or `json_schema`.
+        `actions`: as in generate (the action list goes into the system message, geist.h
+        "Actions")."""
         from geist.runtime import submit
 
         return Generation(submit(self, list(messages), max_tokens, stop, options=options,
-                                 context=context, seed=seed, record_last=True, **sampling))
+                                 context=context, seed=seed, record_last=True, grammar=grammar,
+                                 json_schema=json_schema, actions=actions,
+                                 action_choice=action_choice, **sampling))
 
     def submit(self, prompt: Any = "", max_tokens: int = 128, stop: Sequence[str] = (),
                **kwargs: Any) -> Any:
         """Queues an asynchronous request (text, ids or chat messages) and returns a
         geist.runtime.RequestHandle at once: `.result()`, iteration over streamed pieces,
-        `await .aresult()`. Keyword arguments: priority, context, options, seed and the
-        SamplerOptions fields."""
+        `await .aresult()`. Keyword arguments: priority, context, options, seed, grammar,
+        json_schema, actions, action_choice and the SamplerOptions fields."""
         from geist.runtime import submit
 
         return submit(self, prompt, max_tokens, stop, **kwargs)

@@ -1,4 +1,5 @@
-"""Independent numpy forward pass for the GGUF models geist runs (llama and gemma3).
+"""Independent numpy forward pass for the GGUF models geist runs (llama, qwen2, qwen3, phi3, gemma2,
+gemma3).
 
 This is the oracle the native core is checked against: it shares nothing with the C code but
 the file. Weights are read with ``gguf.GGUFReader`` and dequantized with
@@ -22,6 +23,22 @@ real models (tests/core/test_reference.py):
   ggml's "neox" mode; every 6th layer ((i + 1) % 6 == 0) is global with the file's rope base, the
   others are local: rope base 10000 and a causal window (position p sees keys k with
   p - k < sliding_window); no final logit softcapping.
+
+Checked against llama.cpp's outputs on synthesized fixtures (tests/oracle/test_llama_cpp_refs.py):
+
+* llama with Llama 3.x RoPE scaling: the rope_freqs tensor divides each frequency
+  (theta_i = pos * base^(-2i/n_rot) / rope_freqs[i]); rope.scaling.type linear divides positions
+  by rope.scaling.factor. With attention.sliding_window (Mistral) every layer attends over the
+  last sliding_window positions (llama.cpp ignores the key for llama: equal below the window).
+* qwen2: llama's recipe with NeoX RoPE and q/k/v biases (added after the products).
+* qwen3: NeoX RoPE, per-head RMSNorm of Q and K (attn_q_norm / attn_k_norm) before RoPE.
+* phi3: NeoX RoPE over rope.dimension_count dims; a fused attn_qkv (rows: Q, then K, then V) and
+  a fused ffn_up of 2 * d_ff rows (gate, then up: silu(gate) * up); its sliding window unused
+  (llama.cpp disables it).
+* gemma2: gemma3's recipe without QK norm; even layers slide (window attention.sliding_window,
+  default 4096), rope base rope.freq_base_swa (default: the global one) on them; attention scores
+  soft-capped after the scale (cap * tanh(s / cap), attn_logit_softcapping, default 50) and the
+  final logits likewise (final_logit_softcapping, default 30).
 """
 
 from __future__ import annotations
@@ -40,11 +57,17 @@ from gguf.quants import dequantize
 
 __all__ = ["ModelConfig", "ReferenceModel", "clear_cache", "open_gguf", "read_config"]
 
-SUPPORTED_ARCHS = ("llama", "gemma3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
+NEOX_ARCHS = ("qwen2", "qwen3", "phi3", "gemma2", "gemma3")
 
 # llama.cpp hardcodes these for gemma3 when the file does not say otherwise.
 GEMMA3_SWA_PERIOD = 6
 GEMMA3_ROPE_BASE_LOCAL = 10000.0
+# and these for gemma2 (llama.cpp's defaults and its fixed pattern: even layers slide)
+GEMMA2_SWA_PERIOD = 2
+GEMMA2_WINDOW = 4096
+GEMMA2_ATTN_SOFTCAP = 50.0
+GEMMA2_FINAL_SOFTCAP = 30.0
 
 F64 = np.float64
 Array = np.ndarray[Any, np.dtype[Any]]
@@ -68,6 +91,7 @@ class ModelConfig:
     n_rot: int  # leading dims of each head that RoPE rotates
     rope_neox: bool  # True: rotate (x[i], x[i + n_rot/2]); False: (x[2i], x[2i+1])
     rope_scale: float  # linear rope scaling factor of global layers (positions / factor)
+    rope_scale_local: float  # that of sliding-window layers (gemma3: 1, else rope_scale)
     sliding_window: int  # 0: no sliding-window layers
     sliding_layers: tuple[bool, ...]  # per layer: uses the window and the local rope base
     attn_scale: float
@@ -75,6 +99,7 @@ class ModelConfig:
     final_logit_softcap: float  # 0: none
     attn_logit_softcap: float  # 0: none
     tied_output: bool
+    rope_freq_factors: tuple[float, ...] | None  # llama3's rope_freqs: frequency divisors
     bos_id: int | None
     eos_id: int | None
 
@@ -138,10 +163,13 @@ def read_config(reader: GGUFReader) -> ModelConfig:
     rope_base = float(key("rope.freq_base", 10000.0))
     n_rot = int(key("rope.dimension_count", head_dim_k))
     context = int(key("context_length", 0))
-    scaling_type = key("rope.scaling.type", "none")
-    rope_scale = float(key("rope.scaling.factor", 1.0)) if scaling_type == "linear" else 1.0
-    if scaling_type not in ("none", "linear"):
+    scaling_type = key("rope.scaling.type", None)
+    # a factor without a type is linear (as the native loader reads it)
+    rope_scale = float(key("rope.scaling.factor", 1.0)) if scaling_type in (None, "linear") else 1.0
+    if scaling_type not in (None, "none", "linear"):
         raise ValueError(f"unsupported rope scaling {scaling_type!r}")
+    if rope_scale <= 0:
+        rope_scale = 1.0
 
     embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     if embd is None:
@@ -153,21 +181,41 @@ def read_config(reader: GGUFReader) -> ModelConfig:
     sliding: list[bool] = [False] * n_layer
     rope_base_local = rope_base
     embed_scale = 1.0
-    if arch == "gemma3":
-        sliding_window = int(key("attention.sliding_window", 0))
-        rope_base_local = float(key("rope.freq_base_swa", GEMMA3_ROPE_BASE_LOCAL))
+    attn_softcap = final_softcap = 0.0
+    if arch in ("gemma2", "gemma3"):
+        if arch == "gemma3":
+            sliding_window = int(key("attention.sliding_window", 0))
+            rope_base_local = float(key("rope.freq_base_swa", GEMMA3_ROPE_BASE_LOCAL))
+            period = GEMMA3_SWA_PERIOD
+        else:
+            sliding_window = int(key("attention.sliding_window", 0) or GEMMA2_WINDOW)
+            rope_base_local = float(key("rope.freq_base_swa", rope_base))
+            period = GEMMA2_SWA_PERIOD
+            attn_softcap = float(key("attn_logit_softcapping", GEMMA2_ATTN_SOFTCAP))
+            final_softcap = float(key("final_logit_softcapping", GEMMA2_FINAL_SOFTCAP))
         embed_scale = math.sqrt(d_model)
         pattern = key("attention.sliding_window_pattern", None)
-        if isinstance(pattern, list) and len(pattern) == n_layer:
-            sliding = [bool(p) for p in pattern]
-        else:
-            period = int(pattern) if isinstance(pattern, int) and pattern > 0 else GEMMA3_SWA_PERIOD
-            sliding = [(i + 1) % period != 0 for i in range(n_layer)]
+        if isinstance(pattern, int) and pattern >= 0:
+            period = pattern
+        # layer i slides when i % period < period - 1 (llama.cpp's set_swa_pattern)
+        sliding = [period <= 1 or i % period < period - 1 for i in range(n_layer)]
         if sliding_window <= 0:
             sliding = [False] * n_layer
+    elif arch == "llama":
+        sliding_window = int(key("attention.sliding_window", 0))  # Mistral: every layer
+        sliding = [sliding_window > 0] * n_layer
 
     scale = key("attention.scale", None)
     attn_scale = float(scale) if scale else 1.0 / math.sqrt(head_dim_k)
+    if arch == "gemma2" and n_layer == 46 and not scale:  # llama.cpp: Gemma 2 27B
+        attn_scale = 1.0 / math.sqrt(d_model // n_head)
+    ff = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+    freq_factors = None
+    if ff is not None:
+        vals = np.asarray(dequantize(ff.data, GGMLQuantizationType(ff.tensor_type)), dtype=F64)
+        freq_factors = tuple(float(v) for v in vals.reshape(-1))
+        if len(freq_factors) != n_rot // 2:
+            raise ValueError(f"rope_freqs has {len(freq_factors)} values, expected {n_rot // 2}")
     bos = _field(reader, "tokenizer.ggml.bos_token_id")
     eos = _field(reader, "tokenizer.ggml.eos_token_id")
     if n_head % n_head_kv != 0:
@@ -190,15 +238,17 @@ def read_config(reader: GGUFReader) -> ModelConfig:
         rope_base=rope_base,
         rope_base_local=rope_base_local,
         n_rot=n_rot,
-        rope_neox=arch == "gemma3",
+        rope_neox=arch in NEOX_ARCHS,
         rope_scale=rope_scale,
+        rope_scale_local=1.0 if arch == "gemma3" else rope_scale,
         sliding_window=sliding_window,
         sliding_layers=tuple(sliding),
         attn_scale=attn_scale,
         embed_scale=embed_scale,
-        final_logit_softcap=float(key("final_logit_softcapping", 0.0) or 0.0),
-        attn_logit_softcap=float(key("attn_logit_softcapping", 0.0) or 0.0),
+        final_logit_softcap=final_softcap,
+        attn_logit_softcap=attn_softcap,
         tied_output=tied,
+        rope_freq_factors=freq_factors,
         bos_id=None if bos is None else int(bos),
         eos_id=None if eos is None else int(eos),
     )
@@ -217,6 +267,10 @@ class _Layer:
     w_down: Array  # (d_model, d_ff)
     q_norm: Array | None = None
     k_norm: Array | None = None
+    bq: Array | None = None  # biases (qwen2), added after the products
+    bk: Array | None = None
+    bv: Array | None = None
+    bo: Array | None = None
     post_attn_norm: Array | None = None
     post_ffn_norm: Array | None = None
     # activation format per matrix (see act_format): which 8-bit rounding its input gets
@@ -265,38 +319,60 @@ def _load_weights(path: Path) -> _Weights:
         return act_format(int(tensors[name].tensor_type))
 
     d, hk, hv = cfg.d_model, cfg.head_dim_k, cfg.head_dim_v
+    qd, kd, vd = cfg.n_head * hk, cfg.n_head_kv * hk, cfg.n_head_kv * hv
     layers: list[_Layer] = []
     for i in range(cfg.n_layer):
         p = f"blk.{i}."
+        f = {r: fmt(p + r + ".weight") for r in ("attn_output", "ffn_down")}
+        bq = bk = bv = None
+        if p + "attn_qkv.weight" in tensors:  # phi3: rows Q | K | V
+            qkv = mat(p + "attn_qkv.weight", qd + kd + vd, d)
+            wq, wk, wv = qkv[:qd], qkv[qd : qd + kd], qkv[qd + kd :]
+            f |= dict.fromkeys(("attn_q", "attn_k", "attn_v"), fmt(p + "attn_qkv.weight"))
+            if p + "attn_qkv.bias" in tensors:
+                b = vec(p + "attn_qkv.bias", qd + kd + vd)
+                bq, bk, bv = b[:qd], b[qd : qd + kd], b[qd + kd :]
+        else:
+            wq = mat(p + "attn_q.weight", qd, d)
+            wk = mat(p + "attn_k.weight", kd, d)
+            wv = mat(p + "attn_v.weight", vd, d)
+            f |= {r: fmt(p + r + ".weight") for r in ("attn_q", "attn_k", "attn_v")}
+        if bq is None:
+            bq = opt_vec(p + "attn_q.bias", qd)
+            bk = opt_vec(p + "attn_k.bias", kd)
+            bv = opt_vec(p + "attn_v.bias", vd)
+        if cfg.arch == "phi3":  # ffn_up rows: gate | up
+            gu = mat(p + "ffn_up.weight", 2 * cfg.d_ff, d)
+            w_gate, w_up = gu[: cfg.d_ff], gu[cfg.d_ff :]
+            f |= dict.fromkeys(("ffn_gate", "ffn_up"), fmt(p + "ffn_up.weight"))
+        else:
+            w_gate = mat(p + "ffn_gate.weight", cfg.d_ff, d)
+            w_up = mat(p + "ffn_up.weight", cfg.d_ff, d)
+            f |= {r: fmt(p + r + ".weight") for r in ("ffn_gate", "ffn_up")}
+        qk_norm = cfg.arch in ("qwen3", "gemma3")
+        post = cfg.arch in ("gemma2", "gemma3")
         layers.append(
             _Layer(
                 attn_norm=vec(p + "attn_norm.weight", d),
-                wq=mat(p + "attn_q.weight", cfg.n_head * hk, d),
-                wk=mat(p + "attn_k.weight", cfg.n_head_kv * hk, d),
-                wv=mat(p + "attn_v.weight", cfg.n_head_kv * hv, d),
+                wq=wq,
+                wk=wk,
+                wv=wv,
                 wo=mat(p + "attn_output.weight", d, cfg.n_head * hv),
                 ffn_norm=vec(p + "ffn_norm.weight", d),
-                w_gate=mat(p + "ffn_gate.weight", cfg.d_ff, d),
-                w_up=mat(p + "ffn_up.weight", cfg.d_ff, d),
+                w_gate=w_gate,
+                w_up=w_up,
                 w_down=mat(p + "ffn_down.weight", d, cfg.d_ff),
-                q_norm=opt_vec(p + "attn_q_norm.weight", hk),
-                k_norm=opt_vec(p + "attn_k_norm.weight", hk),
-                post_attn_norm=opt_vec(p + "post_attention_norm.weight", d),
-                post_ffn_norm=opt_vec(p + "post_ffw_norm.weight", d),
-                fmt={r: fmt(p + r + ".weight") for r in (
-                    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
-                    "ffn_down")},
+                q_norm=vec(p + "attn_q_norm.weight", hk) if qk_norm else None,
+                k_norm=vec(p + "attn_k_norm.weight", hk) if qk_norm else None,
+                post_attn_norm=vec(p + "post_attention_norm.weight", d) if post else None,
+                post_ffn_norm=vec(p + "post_ffw_norm.weight", d) if post else None,
+                bq=bq,
+                bk=bk,
+                bv=bv,
+                bo=opt_vec(p + "attn_output.bias", d),
+                fmt=f,
             )
         )
-        if cfg.arch == "gemma3":
-            lay = layers[-1]
-            if (
-                lay.q_norm is None
-                or lay.k_norm is None
-                or lay.post_attn_norm is None
-                or lay.post_ffn_norm is None
-            ):
-                raise ValueError(f"gemma3 layer {i} lacks a q/k or post norm")
 
     embd = raw("token_embd.weight")
     if embd.shape != (cfg.vocab_size, d):
@@ -398,10 +474,13 @@ def _silu(x: Array) -> Array:
     return x / (1.0 + np.exp(-x))
 
 
-def _rope(x: Array, pos: Array, n_rot: int, base: float, neox: bool) -> Array:
+def _rope(x: Array, pos: Array, n_rot: int, base: float, neox: bool,
+          freq_factors: tuple[float, ...] | None = None) -> Array:
     """Rotate the first n_rot dims of each head. x: (n, heads, head_dim); pos: (n,)."""
     half = n_rot // 2
     inv_freq = base ** (-np.arange(half, dtype=F64) * 2.0 / n_rot)
+    if freq_factors is not None:
+        inv_freq = inv_freq / np.asarray(freq_factors, dtype=F64)
     ang = pos.astype(F64)[:, None] * inv_freq[None, :]  # (n, half)
     cos = np.cos(ang)[:, None, :]
     sin = np.sin(ang)[:, None, :]
@@ -420,7 +499,7 @@ def _rope(x: Array, pos: Array, n_rot: int, base: float, neox: bool) -> Array:
 
 
 class ReferenceModel:
-    """Float64 numpy forward pass of a llama or gemma3 GGUF, for checking the native core.
+    """Float64 numpy forward pass of a GGUF of SUPPORTED_ARCHS, for checking the native core.
 
     ``forward(ids)`` runs the whole sequence with causal attention from position 0 and returns
     the logits of every position, shape (len(ids), vocab_size), float64.
@@ -480,16 +559,23 @@ class ReferenceModel:
         q = (self._act(h, f["attn_q"]) @ w.wq.T).reshape(n, cfg.n_head, hk)
         k = (self._act(h, f["attn_k"]) @ w.wk.T).reshape(n, cfg.n_head_kv, hk)
         v = (self._act(h, f["attn_v"]) @ w.wv.T).reshape(n, cfg.n_head_kv, hv)
+        if w.bq is not None:
+            q = q + w.bq.reshape(cfg.n_head, hk)
+        if w.bk is not None:
+            k = k + w.bk.reshape(cfg.n_head_kv, hk)
+        if w.bv is not None:
+            v = v + w.bv.reshape(cfg.n_head_kv, hv)
         if w.q_norm is not None:
             q = _rms_norm(q, w.q_norm, cfg.rms_eps)
         if w.k_norm is not None:
             k = _rms_norm(k, w.k_norm, cfg.rms_eps)
         if sliding:
-            base, rpos = cfg.rope_base_local, pos.astype(F64)
+            base, rpos = cfg.rope_base_local, pos.astype(F64) / cfg.rope_scale_local
         else:
             base, rpos = cfg.rope_base, pos.astype(F64) / cfg.rope_scale
-        q = _rope(q, rpos, cfg.n_rot, base, cfg.rope_neox)
-        k = _rope(k, rpos, cfg.n_rot, base, cfg.rope_neox)
+        ff = cfg.rope_freq_factors
+        q = _rope(q, rpos, cfg.n_rot, base, cfg.rope_neox, ff)
+        k = _rope(k, rpos, cfg.n_rot, base, cfg.rope_neox, ff)
 
         group = cfg.n_head // cfg.n_head_kv
         k = np.repeat(k, group, axis=1)  # head h reads KV head h // group
@@ -508,6 +594,8 @@ class ReferenceModel:
         p /= p.sum(axis=-1, keepdims=True)
         attn = np.einsum("hqk,khd->qhd", p, v).reshape(n, cfg.n_head * hv)
         attn = self._act(attn, f["attn_output"]) @ w.wo.T
+        if w.bo is not None:
+            attn = attn + w.bo
         if w.post_attn_norm is not None:
             attn = _rms_norm(attn, w.post_attn_norm, cfg.rms_eps)
         x = x + attn
@@ -515,7 +603,7 @@ class ReferenceModel:
         h = _rms_norm(x, w.ffn_norm, cfg.rms_eps)
         gate = self._act(h, f["ffn_gate"]) @ w.w_gate.T
         up = self._act(h, f["ffn_up"]) @ w.w_up.T
-        act = _gelu_tanh(gate) if cfg.arch == "gemma3" else _silu(gate)
+        act = _gelu_tanh(gate) if cfg.arch in ("gemma2", "gemma3") else _silu(gate)
         down = self._act(act * up, f["ffn_down"]) @ w.w_down.T
         if w.post_ffn_norm is not None:
             down = _rms_norm(down, w.post_ffn_norm, cfg.rms_eps)

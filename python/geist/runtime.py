@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from geist._binding import (
     ERR_INVALID_ARGUMENT,
     ERR_STATE,
+    EVENT_ACTION,
     EVENT_FAILED,
     EVENT_TOKEN,
     FINISH_REASONS,
@@ -28,6 +29,7 @@ from geist._binding import (
     ffi,
     lib,
 )
+from geist.actions import Action, ActionCall, fill_request
 from geist.errors import GeistError, StateError, error_for_status
 from geist.generate import ContextPolicy, GenerationResult, Piece
 from geist.sampling import SamplerOptions
@@ -165,6 +167,8 @@ class RequestHandle:
                 r.ids.append(ev["token"])
                 self._pieces.append((ev["text"], ev["token"]))
                 self._notify(ev["text"])
+            elif ev["type"] == EVENT_ACTION:
+                r.action = ActionCall.from_json(ev["text"])
             else:
                 if ev["type"] == EVENT_FAILED:
                     r.error = error_for_status(ev["status"], ev["text"])
@@ -255,7 +259,7 @@ class Runtime:
                     h = self._handles.get(rid)
                     if h is None:
                         continue
-                    if e.type != EVENT_TOKEN:
+                    if e.type not in (EVENT_TOKEN, EVENT_ACTION):  # the end events
                         del self._handles[rid]
                     h._on_event(_event_dict(e), now)
 
@@ -288,11 +292,21 @@ def submit(session: Session, prompt: Prompt = "", max_tokens: int = 128,
            stop: Sequence[str] = (), *, priority: int = 0,
            options: SamplerOptions | None = None, context: ContextPolicy | None = None,
            seed: int | None = None, parse_special: bool = False, record_last: bool = False,
+           actions: Sequence[Action | Mapping[str, Any]] = (), action_choice: str = "auto",
+           grammar: str | None = None, json_schema: str | dict[str, Any] | None = None,
            **sampling: float | int) -> RequestHandle:
     """Session.submit: the prompt is text, token ids, or chat messages ({role, content} dicts:
     the whole conversation so far; the core renders it with the model's template, reuses the KV
     the session holds and trims the oldest turns as `context` says). Sampling: `options` (a
-    SamplerOptions), then any of its fields as keywords; seed defaults to the session's."""
+    SamplerOptions), then any of its fields as keywords; seed defaults to the session's.
+    actions: Actions (or {name, description, parameters} dicts) the reply may call
+    (geist.actions); action_choice "auto" (speech, maybe a call) or "required" (a call).
+    Constrained output: `grammar` (GBNF text) or `json_schema` (a JSON Schema, str or dict);
+    a grammar that does not compile raises InvalidArgumentError here; a reply the grammar ends
+    finishes with "grammar" (docs/GRAMMAR.md)."""
+    from geist.grammar import grammar_request
+
+    gram = grammar_request(grammar, json_schema)
     if session._active is not None and not session._active.done:
         raise StateError("the session already has an active request (one at a time)")
     opts = (options or SamplerOptions()).replace(**sampling)
@@ -334,6 +348,11 @@ def submit(session: Session, prompt: Prompt = "", max_tokens: int = 128,
         req.stop = arr_s
         req.n_stop = len(stops)
     req.priority = priority
+    if actions:
+        fill_request(req, actions, action_choice, keep)
+    if gram is not None:
+        req.grammar = _cstr(gram[0], "grammar", keep)
+        req.grammar_kind = gram[1]
     handle = runtime_of(session.model._engine).submit(session, req, keep, record_last)
     session._active = handle
     return handle

@@ -1,4 +1,4 @@
-"""Small random-weight GGUF fixtures for tests: both architectures, every supported weight type.
+"""Small random-weight GGUF fixtures for tests: every architecture, every supported weight type.
 
 ``build_fixture(path, arch, weight_type, seed, **sizes)`` writes one file with ``gguf.GGUFWriter``;
 ``fixture_path(arch, weight_type, ...)`` builds it once into a cache folder and returns the path
@@ -12,6 +12,19 @@ The defaults are chosen to hit the awkward cases:
 * gemma3: vocab 301, 6 layers (5 local + 1 global: llama.cpp's fixed pattern), sliding window 8,
   4 heads over 1 KV head, key_length 128 != d_model / n_head, tied output, a SentencePiece
   vocabulary with byte fallback tokens and scores.
+
+* qwen2: Q/K/V biases, NeoX rope, tied output, byte-level BPE with the qwen2 pre-tokenizer.
+* qwen3: per-head Q/K norms, key_length 128 != d_model / n_head, untied, BPE (qwen2 pre-tokenizer).
+* phi3: fused attn_qkv and gate|up ffn_up, partial rotary (48 of 64 dims), a sliding_window key
+  that llama.cpp ignores for phi3 (so does geist), SentencePiece with a space prefix.
+* gemma2: 4 layers alternating sliding (window 8) and global, post-norms, soft-capping of
+  attention scores and final logits at small caps (5 and 8) so that the tanh bites on random
+  weights, tied output, the gemma SentencePiece vocabulary.
+
+``FAMILIES`` names the variants the oracle and tests use: the architectures above plus
+``llama3`` (llama with a Llama 3.x rope_freqs tensor, tied output, the llama-bpe pre-tokenizer)
+and ``mistral`` (llama with attention.sliding_window 16 on every layer, linear rope scaling 2,
+SentencePiece); ``family_fixture_path(family, weight_type)`` builds one.
 
 Every matrix row (ne[0]) is a multiple of 256, so each weight type, K-quants included, applies to
 every 2-D tensor. 1-D norm weights stay F32 (random around 1, never constant). gguf quantizes the
@@ -39,21 +52,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, TokenType
+from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, RopeScalingType, TokenType
 from gguf.quants import quantize
 
 __all__ = [
     "ARCHS",
+    "FAMILIES",
     "WEIGHT_TYPES",
     "FixtureSizes",
     "build_fixture",
     "default_sizes",
+    "family_fixture_path",
     "fixture_cache_dir",
     "fixture_path",
     "quantize_matrix",
 ]
 
-ARCHS = ("llama", "gemma3")
+ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
 WEIGHT_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K",
                 "Q5_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS")  # fmt: skip
 K_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")  # rows of a multiple of 256
@@ -66,7 +81,7 @@ Q5_K_M_TYPES: dict[str, str] = {
 }  # fmt: skip
 
 # Bump when the files this module writes change, so cached fixtures are rebuilt.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 
 QK_K = 256
 
@@ -104,8 +119,15 @@ class FixtureSizes:
     n_rot: int  # 0: head_dim
     rope_base: float
     rms_eps: float
-    sliding_window: int  # gemma3 only
+    sliding_window: int  # gemma2/3: the local layers'; llama: every layer (Mistral); phi3: unused
     tied: bool
+    # tokenizer: "" = the arch's default; "bpe:<pre>" (gpt2 model, that pre-tokenizer), "spm"
+    # (llama SentencePiece with a space prefix), "spm-gemma"
+    tokenizer: str = ""
+    rope_freqs: bool = False  # write a Llama 3.x rope_freqs tensor (frequency divisors)
+    rope_scale: float = 0.0  # > 0: rope.scaling.type linear with this factor
+    attn_softcap: float = 0.0  # gemma2: written as attn_logit_softcapping when > 0
+    final_softcap: float = 0.0  # gemma2: final_logit_softcapping
 
 
 def default_sizes(arch: str) -> FixtureSizes:
@@ -118,6 +140,27 @@ def default_sizes(arch: str) -> FixtureSizes:
         return FixtureSizes(
             n_vocab=301, d_model=256, n_layer=6, n_head=4, n_head_kv=1, head_dim=128, d_ff=512,
             n_ctx=256, n_rot=0, rope_base=1e6, rms_eps=1e-6, sliding_window=8, tied=True,
+        )  # fmt: skip
+    if arch == "qwen2":
+        return FixtureSizes(
+            n_vocab=301, d_model=256, n_layer=2, n_head=4, n_head_kv=2, head_dim=64, d_ff=512,
+            n_ctx=256, n_rot=0, rope_base=1e6, rms_eps=1e-6, sliding_window=0, tied=True,
+        )  # fmt: skip
+    if arch == "qwen3":
+        return FixtureSizes(
+            n_vocab=301, d_model=256, n_layer=2, n_head=4, n_head_kv=2, head_dim=128, d_ff=512,
+            n_ctx=256, n_rot=0, rope_base=1e6, rms_eps=1e-6, sliding_window=0, tied=False,
+        )  # fmt: skip
+    if arch == "phi3":
+        return FixtureSizes(
+            n_vocab=301, d_model=256, n_layer=2, n_head=4, n_head_kv=4, head_dim=64, d_ff=512,
+            n_ctx=256, n_rot=48, rope_base=10000.0, rms_eps=1e-5, sliding_window=16, tied=False,
+        )  # fmt: skip
+    if arch == "gemma2":
+        return FixtureSizes(
+            n_vocab=301, d_model=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=128, d_ff=512,
+            n_ctx=256, n_rot=0, rope_base=10000.0, rms_eps=1e-6, sliding_window=8, tied=True,
+            attn_softcap=5.0, final_softcap=8.0,
         )  # fmt: skip
     raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS}")
 
@@ -428,6 +471,16 @@ def _bpe_vocab(n_vocab: int) -> tuple[list[str], list[int], list[str]]:
 
 
 _SPM_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
+# llama-style SentencePiece (phi3, mistral): <unk> 0, <s> 1, </s> 2, then chat markers (llama.cpp
+# requires <|endoftext|> in a model whose name says phi3)
+_LLAMA_SPM_SPECIALS = [
+    "<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>",
+]  # fmt: skip
+
+_PHI3_TEMPLATE = (
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>\\n' + message['content'] + "
+    "'<|end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+)
 
 _SPM_PIECES = [
     "▁", "e", "t", "a", "o", "i", "n", "s", "h", "r", "d", "l", "u", "c", "m", ",", ".",
@@ -443,15 +496,17 @@ _GEMMA_TEMPLATE = (
 )
 
 
-def _spm_vocab(n_vocab: int) -> tuple[list[str], list[int], list[float]]:
-    tokens = list(_SPM_SPECIALS)
+def _spm_vocab(n_vocab: int, specials: list[str] | None = None
+               ) -> tuple[list[str], list[int], list[float]]:
+    tokens = list(specials or _SPM_SPECIALS)
     types = [int(TokenType.CONTROL)] * len(tokens)
     scores = [-1000.0] * len(tokens)
     tokens += [f"<0x{b:02X}>" for b in range(256)]
     types += [int(TokenType.BYTE)] * 256
     scores += [0.0] * 256
     if n_vocab < len(tokens):
-        raise ValueError(f"gemma3 fixtures need n_vocab >= {len(tokens)} (specials + 256 bytes)")
+        raise ValueError(
+            f"SentencePiece fixtures need n_vocab >= {len(tokens)} (specials + 256 bytes)")
     have = set(tokens)
     pieces = [p for p in _SPM_PIECES]
     letters = "etaoinshrdlucmfwypvbgk"
@@ -483,8 +538,8 @@ def _sizes_for(arch: str, overrides: Mapping[str, Any]) -> FixtureSizes:
     sizes = replace(sizes, **overrides)
     if sizes.n_head % sizes.n_head_kv != 0:
         raise ValueError("n_head must be a multiple of n_head_kv")
-    if arch == "llama" and sizes.n_head * sizes.head_dim != sizes.d_model:
-        raise ValueError("llama fixtures need n_head * head_dim == d_model")
+    if arch in ("llama", "qwen2", "phi3") and sizes.n_head * sizes.head_dim != sizes.d_model:
+        raise ValueError(f"{arch} fixtures need n_head * head_dim == d_model")
     n_rot = sizes.n_rot or sizes.head_dim
     if n_rot % 2 or n_rot > sizes.head_dim:
         raise ValueError("n_rot must be even and at most head_dim")
@@ -505,8 +560,8 @@ def build_fixture(
 
     ``embed_type`` is the type of token_embd (and output), default ``weight_type`` (the real
     models use Q8_0). ``type_overrides`` maps a tensor role ("attn_q", "attn_k", "attn_v",
-    "attn_output", "ffn_gate", "ffn_up", "ffn_down", "token_embd", "output") to a type, for mixes
-    like Q4_K_M. ``sizes`` override fields of ``default_sizes(arch)``.
+    "attn_qkv" (phi3), "attn_output", "ffn_gate", "ffn_up", "ffn_down", "token_embd", "output")
+    to a type, for mixes like Q4_K_M. ``sizes`` override fields of ``default_sizes(arch)``.
     """
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS}")
@@ -534,12 +589,29 @@ def build_fixture(
     w.add_head_count_kv(sz.n_head_kv)
     w.add_layer_norm_rms_eps(sz.rms_eps)
     w.add_rope_freq_base(sz.rope_base)
-    if arch == "llama":
+    if arch in ("qwen3", "gemma2", "gemma3"):
+        w.add_key_length(sz.head_dim)
+        w.add_value_length(sz.head_dim)
+    if arch in ("gemma2", "gemma3", "phi3") or (arch == "llama" and sz.sliding_window > 0):
+        w.add_sliding_window(sz.sliding_window)
+    if arch == "gemma2":
+        if sz.attn_softcap > 0:
+            w.add_attn_logit_softcapping(sz.attn_softcap)
+        if sz.final_softcap > 0:
+            w.add_final_logit_softcapping(sz.final_softcap)
+    if sz.rope_scale > 0:
+        w.add_rope_scaling_type(RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(sz.rope_scale)
+    if arch in ("llama", "qwen2", "qwen3", "phi3") or n_rot != sz.head_dim:
         w.add_rope_dimension_count(n_rot)
+    if arch == "llama":
         w.add_vocab_size(sz.n_vocab)
+    tok = sz.tokenizer or {"llama": "bpe:smollm", "qwen2": "bpe:qwen2", "qwen3": "bpe:qwen2",
+                           "phi3": "spm"}.get(arch, "spm-gemma")  # fmt: skip
+    if tok.startswith("bpe:"):
         tokens, ttypes, merges = _bpe_vocab(sz.n_vocab)
         w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("smollm")
+        w.add_tokenizer_pre(tok[4:])
         w.add_token_list(tokens)
         w.add_token_types(ttypes)
         w.add_token_merges(merges)
@@ -547,15 +619,24 @@ def build_fixture(
         w.add_eos_token_id(2)
         w.add_unk_token_id(0)
         w.add_pad_token_id(2)
-        w.add_add_bos_token(False)
+        w.add_add_bos_token(tok == "bpe:llama-bpe")
         w.add_add_space_prefix(False)
         w.add_chat_template(_CHATML_TEMPLATE)
-    else:
-        w.add_key_length(sz.head_dim)
-        w.add_value_length(sz.head_dim)
-        w.add_sliding_window(sz.sliding_window)
-        if n_rot != sz.head_dim:
-            w.add_rope_dimension_count(n_rot)
+    elif tok == "spm":
+        tokens, ttypes, scores = _spm_vocab(sz.n_vocab, _LLAMA_SPM_SPECIALS)
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(ttypes)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_unk_token_id(0)
+        w.add_add_bos_token(True)
+        w.add_add_eos_token(False)
+        w.add_add_space_prefix(True)
+        w.add_chat_template(_PHI3_TEMPLATE)
+    elif tok == "spm-gemma":
         tokens, ttypes, scores = _spm_vocab(sz.n_vocab)
         w.add_tokenizer_model("llama")
         w.add_tokenizer_pre("default")
@@ -570,6 +651,8 @@ def build_fixture(
         w.add_add_eos_token(False)
         w.add_add_space_prefix(False)
         w.add_chat_template(_GEMMA_TEMPLATE)
+    else:
+        raise ValueError(f"unknown tokenizer {tok!r}")
 
     def matrix(name: str, role: str, rows: int, cols: int, std: float) -> None:
         data = rng.standard_normal((rows, cols)).astype(np.float32) * np.float32(std)
@@ -580,30 +663,46 @@ def build_fixture(
         data = (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
         w.add_tensor(name, data)
 
+    def bias(name: str, n: int) -> None:
+        w.add_tensor(name, (0.3 * rng.standard_normal(n)).astype(np.float32))
+
     d, hd = sz.d_model, sz.head_dim
+    qd, kd = sz.n_head * hd, sz.n_head_kv * hd
     # Embedding scale: logits = norm(h) . E[v] have std ~ 3 when E ~ N(0, 3/sqrt(d)).
     embd_std = 3.0 / np.sqrt(d)
     matrix("token_embd.weight", "token_embd", sz.n_vocab, d, embd_std)
     norm("output_norm.weight", d)
     if not sz.tied:
         matrix("output.weight", "output", sz.n_vocab, d, embd_std)
+    if sz.rope_freqs:
+        w.add_tensor("rope_freqs.weight", llama3_rope_freqs(n_rot, sz.rope_base))
     # Q and K get gain 1.5 each so attention is peaked (a masking or RoPE slip shows in logits).
     for i in range(sz.n_layer):
         p = f"blk.{i}."
         norm(p + "attn_norm.weight", d)
-        matrix(p + "attn_q.weight", "attn_q", sz.n_head * hd, d, 1.5 / np.sqrt(d))
-        matrix(p + "attn_k.weight", "attn_k", sz.n_head_kv * hd, d, 1.5 / np.sqrt(d))
-        matrix(p + "attn_v.weight", "attn_v", sz.n_head_kv * hd, d, 1.0 / np.sqrt(d))
-        matrix(p + "attn_output.weight", "attn_output", d, sz.n_head * hd,
-               1.0 / np.sqrt(sz.n_head * hd))  # fmt: skip
-        if arch == "gemma3":
+        if arch == "phi3":  # one fused matrix, rows Q | K | V, at Q/K's gain throughout
+            matrix(p + "attn_qkv.weight", "attn_qkv", qd + 2 * kd, d, 1.5 / np.sqrt(d))
+        else:
+            matrix(p + "attn_q.weight", "attn_q", qd, d, 1.5 / np.sqrt(d))
+            matrix(p + "attn_k.weight", "attn_k", kd, d, 1.5 / np.sqrt(d))
+            matrix(p + "attn_v.weight", "attn_v", kd, d, 1.0 / np.sqrt(d))
+        if arch == "qwen2":
+            bias(p + "attn_q.bias", qd)
+            bias(p + "attn_k.bias", kd)
+            bias(p + "attn_v.bias", kd)
+        matrix(p + "attn_output.weight", "attn_output", d, qd, 1.0 / np.sqrt(qd))
+        if arch in ("qwen3", "gemma3"):
             norm(p + "attn_q_norm.weight", hd)
             norm(p + "attn_k_norm.weight", hd)
+        if arch in ("gemma2", "gemma3"):
             norm(p + "post_attention_norm.weight", d)
             norm(p + "post_ffw_norm.weight", d)
         norm(p + "ffn_norm.weight", d)
-        matrix(p + "ffn_gate.weight", "ffn_gate", sz.d_ff, d, 1.0 / np.sqrt(d))
-        matrix(p + "ffn_up.weight", "ffn_up", sz.d_ff, d, 1.0 / np.sqrt(d))
+        if arch == "phi3":  # rows gate | up
+            matrix(p + "ffn_up.weight", "ffn_up", 2 * sz.d_ff, d, 1.0 / np.sqrt(d))
+        else:
+            matrix(p + "ffn_gate.weight", "ffn_gate", sz.d_ff, d, 1.0 / np.sqrt(d))
+            matrix(p + "ffn_up.weight", "ffn_up", sz.d_ff, d, 1.0 / np.sqrt(d))
         matrix(p + "ffn_down.weight", "ffn_down", d, sz.d_ff, 1.0 / np.sqrt(sz.d_ff))
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -612,6 +711,43 @@ def build_fixture(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def llama3_rope_freqs(n_rot: int, base: float, factor: float = 8.0, low: float = 1.0,
+                      high: float = 4.0, orig_ctx: int = 32) -> Array:
+    """Llama 3.1's frequency divisors (what convert_hf_to_gguf writes as rope_freqs), for a tiny
+    original context so that most dimensions of a 32-token test are scaled."""
+    inv = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
+    wavelen = 2 * np.pi / inv
+    lo_w, hi_w = orig_ctx / low, orig_ctx / high
+    smooth = (orig_ctx / wavelen - low) / (high - low)
+    out = np.where(wavelen < hi_w, 1.0,
+                   np.where(wavelen > lo_w, factor, 1.0 / ((1 - smooth) / factor + smooth)))
+    return out.astype(np.float32)
+
+
+# --- families: the variants the tests and the llama.cpp oracle use ---------------------------
+
+FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": ("llama", {}),
+    "llama3": ("llama", {"rope_freqs": True, "tied": True, "tokenizer": "bpe:llama-bpe",
+                         "rope_base": 500000.0}),
+    "mistral": ("llama", {"sliding_window": 16, "rope_scale": 2.0, "tokenizer": "spm"}),
+    "qwen2": ("qwen2", {}),
+    "qwen3": ("qwen3", {}),
+    "phi3": ("phi3", {}),
+    "gemma2": ("gemma2", {}),
+    "gemma3": ("gemma3", {}),
+}  # fmt: skip
+
+
+def family_fixture_path(family: str, weight_type: str = "Q8_0", seed: int = 0,
+                        **kwargs: Any) -> Path:
+    """fixture_path() of a FAMILIES variant (kwargs: fixture_path's, sizes over the family's)."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; expected one of {tuple(FAMILIES)}")
+    arch, sizes = FAMILIES[family]
+    return fixture_path(arch, weight_type, seed, **(sizes | kwargs))
 
 
 # --- cached fixtures -------------------------------------------------------------------------

@@ -57,8 +57,14 @@ def test_k_quants_need_256_rows() -> None:
             testing.quantize_matrix(x, wtype)
 
 
-@pytest.mark.parametrize("arch", testing.ARCHS)
-@pytest.mark.parametrize("wtype", testing.WEIGHT_TYPES)
+# every weight type on the first two architectures; the later ones (tests/core/
+# test_architectures.py runs them further) at three, to keep the quick loop quick
+SWEEP_ARCHS = ("llama", "gemma3")
+BUILDS = [(a, t) for a in testing.ARCHS
+          for t in (testing.WEIGHT_TYPES if a in SWEEP_ARCHS else ("F32", "Q8_0", "Q4_K"))]
+
+
+@pytest.mark.parametrize(("arch", "wtype"), BUILDS)
 def test_fixture_builds_and_runs(arch: str, wtype: str, cache_dir: Path) -> None:
     path = testing.fixture_path(arch, wtype, cache_dir=cache_dir)
     sizes = testing.default_sizes(arch)
@@ -100,7 +106,7 @@ def test_fixture_config(cache_dir: Path) -> None:
     assert math.isclose(gemma.embed_scale, 16.0)
 
 
-@pytest.mark.parametrize("arch", testing.ARCHS)
+@pytest.mark.parametrize("arch", SWEEP_ARCHS)
 def test_weight_types_agree_with_f32(arch: str, cache_dir: Path) -> None:
     """Same seed, same float weights before quantizing: logits follow the F32 fixture's."""
     ids = [int(i) for i in np.random.default_rng(5).integers(0, 301, 16)]

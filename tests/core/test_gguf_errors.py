@@ -55,9 +55,15 @@ CHATML = (
 )
 
 
-def build_llama(path: Path, arch: str = "llama", skip_keys: frozenset[str] = frozenset()) -> bytes:
+# key -> (value, value type, array element type or None): written in place of the key's value
+Replacements = dict[str, tuple[object, gguf.GGUFValueType, gguf.GGUFValueType | None]]
+
+
+def build_llama(path: Path, arch: str = "llama", skip_keys: frozenset[str] = frozenset(),
+                replace: Replacements | None = None) -> bytes:
     """Writes a small random llama GGUF to `path` and returns its bytes. `skip_keys` names
-    metadata keys to leave out (to test the model layer's checks)."""
+    metadata keys to leave out (to test the model layer's checks); `replace` gives keys other
+    values or types (a well-formed GGUF whose known keys are wrong)."""
     rng = np.random.default_rng(1234)
     w = gguf.GGUFWriter(str(path), arch)
 
@@ -87,6 +93,8 @@ def build_llama(path: Path, arch: str = "llama", skip_keys: frozenset[str] = fro
     w.add_eos_token_id(2)
     w.add_add_bos_token(False)
     w.add_chat_template(CHATML)
+    for key, (value, vtype, sub) in (replace or {}).items():
+        w.add_key_value(key, value, vtype, sub)  # replaces the value, keeps the key's place
 
     def t(name: str, *shape: int, norm: bool = False) -> None:
         if norm:
@@ -477,3 +485,89 @@ def test_special_token_id_past_the_vocabulary(valid: bytes, layout: Layout, valu
         assert all(0 <= i < N_VOCAB for i in ids)
     finally:
         model.close()
+
+
+VT = gguf.GGUFValueType
+
+
+@pytest.mark.parametrize(("key", "value", "vtype", "sub", "words"), [
+    # the vocabulary as numbers, as one string, its types as floats or strings, its merges as
+    # numbers, scores as strings or too few: each refused naming the key, nothing read as the
+    # wrong type
+    ("tokenizer.ggml.tokens", list(range(N_VOCAB)), VT.ARRAY, VT.INT32, ("not a string array",)),
+    ("tokenizer.ggml.tokens", "hello", VT.STRING, None, ("not a string array",)),
+    ("tokenizer.ggml.tokens", [0.5] * N_VOCAB, VT.ARRAY, VT.FLOAT32, ("not a string array",)),
+    ("tokenizer.ggml.token_type", [1.0] * N_VOCAB, VT.ARRAY, VT.FLOAT32, ("not an i32 array",)),
+    ("tokenizer.ggml.token_type", ["1"] * N_VOCAB, VT.ARRAY, VT.STRING, ("not an i32 array",)),
+    ("tokenizer.ggml.token_type", [1] * (N_VOCAB - 1), VT.ARRAY, VT.INT32,
+     (f"{N_VOCAB - 1} entries for {N_VOCAB} tokens",)),
+    ("tokenizer.ggml.token_type", 1, VT.INT32, None, ("not an i32 array",)),
+    ("tokenizer.ggml.scores", ["0.5"] * N_VOCAB, VT.ARRAY, VT.STRING,
+     ("not an f32 or i32 array",)),
+    ("tokenizer.ggml.scores", [0.5] * 3, VT.ARRAY, VT.FLOAT32, ("3 entries for",)),
+    ("tokenizer.ggml.merges", list(range(5)), VT.ARRAY, VT.INT32, ("not a string array",)),
+])
+def test_tokenizer_key_of_the_wrong_type(tmp_path: Path, valid: bytes, key: str, value: object,
+                                         vtype: gguf.GGUFValueType,
+                                         sub: gguf.GGUFValueType | None,
+                                         words: tuple[str, ...]) -> None:
+    bad = build_llama(tmp_path / "wrong.gguf", replace={key: (value, vtype, sub)})
+    walk(bad)  # a well-formed GGUF: only the tokenizer can object
+    expect_error(valid, bad, geist.BadFormatError, (key, *words), BAD_FORMAT)
+
+
+@pytest.mark.parametrize("length", [(1 << 64) - 1, (1 << 63), (1 << 32) + 13, (1 << 32) - 1])
+def test_token_length_negative_or_huge(valid: bytes, layout: Layout, length: int) -> None:
+    """The first token's string length as -1, 2^63, just past and below 2^32 (a 32-bit truncation
+    of 2^32 + 13 would read '<|endoftext|>', whose 13 bytes are there)."""
+    at = layout.kv("tokenizer.ggml.tokens").value_at + 4 + 8  # element type, count, then [0]
+    assert struct.unpack_from("<Q", valid, at)[0] == len("<|endoftext|>")
+    bad = patched(valid, at, "<Q", length)
+    expect_error(valid, bad, geist.BadFormatError,
+                 ("tokenizer.ggml.tokens", "element 0", f"string length {length}"), BAD_FORMAT)
+
+
+@pytest.mark.parametrize("delta", [1 << 32, 1 << 63])
+def test_token_count_past_2_32_or_2_63(valid: bytes, layout: Layout, delta: int) -> None:
+    """The vocabulary's count plus 2^32 (truncated to 32 bits it would be the real count)."""
+    at = layout.kv("tokenizer.ggml.tokens").value_at + 4
+    bad = patched(valid, at, "<Q", N_VOCAB + delta)
+    expect_error(valid, bad, geist.BadFormatError,
+                 ("tokenizer.ggml.tokens", f"array length {N_VOCAB + delta}"), BAD_FORMAT)
+
+
+def test_tensor_and_key_counts_past_2_32(valid: bytes, layout: Layout) -> None:
+    n_tensors, n_kv = struct.unpack_from("<QQ", valid, 8)
+    bad = patched(valid, 8, "<Q", n_tensors + (1 << 32))
+    expect_error(valid, bad, geist.BadFormatError, ("tensor count", str(n_tensors + (1 << 32))),
+                 BAD_FORMAT)
+    bad = patched(valid, 16, "<Q", n_kv + (1 << 32))
+    expect_error(valid, bad, geist.BadFormatError, ("key count", str(n_kv + (1 << 32))),
+                 BAD_FORMAT)
+
+
+def test_tensor_bytes_wrapping_past_2_64(valid: bytes, layout: Layout) -> None:
+    """A 1-d F32 tensor of 2^62 + 16 elements: its byte size wraps to 64, which would fit."""
+    t = next(t for t in layout.tensors if len(t.ne) == 1 and t.type == 0)
+    bad = patched(valid, t.dims_at, "<Q", (1 << 62) + 16)
+    expect_error(valid, bad, geist.BadFormatError, (t.name, "overflows"), BAD_FORMAT)
+
+
+def test_duplicate_tensor_name(valid: bytes, layout: Layout) -> None:
+    """One tensor renamed to another's name of the same length (the file stays well-formed)."""
+    a, b = next((a, b) for a in layout.tensors for b in layout.tensors
+                if a is not b and len(a.name) == len(b.name))
+    buf = bytearray(valid)
+    buf[b.name_len_at + 8 : b.name_len_at + 8 + len(b.name)] = a.name.encode()
+    expect_error(valid, bytes(buf), geist.BadFormatError, ("duplicate tensor name", a.name),
+                 BAD_FORMAT)
+
+
+def test_duplicate_key(valid: bytes, layout: Layout) -> None:
+    """One metadata key renamed to another's of the same length."""
+    a, b = next((a, b) for a in layout.kvs for b in layout.kvs
+                if a is not b and len(a.key) == len(b.key))
+    buf = bytearray(valid)
+    buf[b.key_len_at + 8 : b.key_len_at + 8 + len(b.key)] = a.key.encode()
+    expect_error(valid, bytes(buf), geist.BadFormatError, ("duplicate metadata key", a.key),
+                 BAD_FORMAT)

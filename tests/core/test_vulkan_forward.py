@@ -171,6 +171,30 @@ def test_snapshot_restore_fork_truncate() -> None:
     eng.close()
 
 
+@pytest.mark.parametrize(("family", "match"),
+                         [("qwen2", r"llama architecture only; this model is qwen2"),
+                          ("qwen3", r"llama architecture only; this model is qwen3"),
+                          ("phi3", r"llama architecture only; this model is phi3"),
+                          ("gemma2", r"llama architecture only; this model is gemma2"),
+                          ("mistral", r"sliding-window layers are not on the device")])
+def test_new_architectures_are_refused(family: str, match: str) -> None:
+    eng = geist.Engine(backend="vulkan")
+    with geist.Model.load(testing.family_fixture_path(family, "Q8_0"), engine=eng) as m:
+        with pytest.raises(GeistError, match=match):
+            m.session(max_seq_len=32)
+    eng.close()
+
+
+def test_llama3_rope_freqs_match_cpu_scalar() -> None:
+    """Llama 3.x's rope_freqs divide the rotary frequencies in the model's table, which the
+    device's rope reads as well."""
+    path = testing.family_fixture_path("llama3", "Q8_0")
+    ref_ids, ref = _teacher_forced(path, "cpu_scalar", PROMPT, None, 8, "f16")
+    _, got = _teacher_forced(path, "vulkan", PROMPT, ref_ids, 8, "f16")
+    assert [int(np.argmax(r)) for r in got[len(PROMPT) - 1:-1]] == ref_ids
+    assert max(_rel(a, b) for a, b in zip(ref, got, strict=True)) < RTOL
+
+
 def test_shared_prefix_is_refused() -> None:
     eng = geist.Engine(backend="vulkan")
     with geist.Model.load(testing.fixture_path("llama", "Q8_0"), engine=eng) as m:

@@ -30,6 +30,22 @@ def gguf_seeds() -> None:
     # six layers: five sliding-window layers and one global one (the snapshot target's model)
     build_fixture(out / "gemma3_q8.gguf", "gemma3", "Q8_0", seed=3, n_layer=6, sliding_window=4,
                   **tiny)
+    new_arch_seeds(tiny)
+
+
+def new_arch_seeds(tiny: dict[str, int]) -> None:
+    """The later architectures' recipes: biases (qwen2), QK norms (qwen3), fused tensors and
+    partial rotary (phi3), soft-caps (gemma2), rope_freqs (llama3)."""
+    from geist.testing import build_fixture
+
+    out = CORPUS / "gguf"
+    build_fixture(out / "qwen2_q8.gguf", "qwen2", "Q8_0", seed=4, n_layer=1, **tiny)
+    build_fixture(out / "qwen3_q8.gguf", "qwen3", "Q8_0", seed=5, n_layer=1, **tiny)
+    build_fixture(out / "phi3_q8.gguf", "phi3", "Q8_0", seed=6, n_layer=1, **(tiny | {"n_rot": 8}))
+    build_fixture(out / "gemma2_q8.gguf", "gemma2", "Q8_0", seed=7, n_layer=2, sliding_window=4,
+                  **tiny)
+    build_fixture(out / "llama3_q8.gguf", "llama", "Q8_0", seed=8, n_layer=1, rope_freqs=True,
+                  tied=True, tokenizer="bpe:llama-bpe", **tiny)
 
 
 POPULAR_TEMPLATES = {

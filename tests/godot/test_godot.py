@@ -382,3 +382,16 @@ def test_fresh_project_needs_first_scan(godot: Path, tmp_path: Path) -> None:
     (proj / ".godot" / "extension_list.cfg").write_text(line.group(1) + "\n", encoding="utf-8")
     r = run_godot(godot, ["--path", str(proj), "--script", "res://check.gd"], tmp_path)
     assert "FOUND GeistNPC" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_npc_actions(godot: Path, model_file: Path, tmp_path: Path) -> None:
+    """Issue 19: an NPC with two actions replies and `acted` fires with typed arguments;
+    ask_json() completes with a parsed Dictionary (tests/godot/test_actions.gd)."""
+    proj = make_project(tmp_path / "actions", "geist actions", link_addon=True)
+    shutil.copy(ROOT / "tests" / "godot" / "test_actions.gd", proj / "test_actions.gd")
+    r = run_godot(godot, ["--path", str(proj), "--script", "res://test_actions.gd", "--",
+                          "--model", str(model_file)], tmp_path)
+    print(r.stdout[-6000:])
+    assert "checks, 0 failed" in r.stdout, r.stdout[-4000:] + r.stderr[-3000:]
+    assert r.returncode == 0
+    assert "SCRIPT ERROR" not in r.stderr, r.stderr[-3000:]

@@ -20,15 +20,17 @@ SRC = ROOT / "native" / "src"
 STATIC = ROOT / "build" / "release" / "libgeist_static.a"
 SHARED = ROOT / "build" / "release" / "libgeist.so"
 
-# DESIGN.md's order, util <- gguf <- model <- tokenizer <- chat <- backend <- session <- sample
-# <- gen <- runtime <- api, with sample on util alone and backend on util/gguf/model only.
-_BELOW_SESSION = {"util", "gguf", "model", "tokenizer", "chat", "backend"}
+# DESIGN.md's order, util <- gguf <- model <- tokenizer <- chat/grammar <- backend <- session <-
+# sample <- gen <- runtime <- api, with sample on util alone, backend on util/gguf/model only and
+# grammar (beside chat) on util/gguf/model/tokenizer.
+_BELOW_SESSION = {"util", "gguf", "model", "tokenizer", "chat", "grammar", "backend"}
 ALLOWED: dict[str, set[str]] = {
     "util": set(),
     "gguf": {"util"},
     "model": {"util", "gguf"},
     "tokenizer": {"util", "gguf", "model"},
     "chat": {"util", "gguf", "model", "tokenizer"},
+    "grammar": {"util", "gguf", "model", "tokenizer"},
     "backend": {"util", "gguf", "model"},
     "session": set(_BELOW_SESSION),
     "sample": {"util"},

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shutil
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,11 @@ GDEXT = ROOT / "addons" / "geist" / "geist.gdextension"
 GODOT = Path.home() / ".cache" / "geist" / "godot" / "godot"
 # the compiler each Godot platform of geist.gdextension needs
 COMPILERS = {"linux.x86_64": "gcc", "linux.arm64": "aarch64-linux-gnu-gcc",
-             "windows.x86_64": "x86_64-w64-mingw32-gcc"}
+             "windows.x86_64": "x86_64-w64-mingw32-gcc", "macos": "clang"}
+# the system that builds each platform's binaries: Linux cross-builds the Linux and Windows ones
+# (scripts/setup_platforms.sh); macOS builds its own (.github/workflows/macos.yml)
+BUILT_ON = {"linux.x86_64": "linux", "linux.arm64": "linux", "windows.x86_64": "linux",
+            "macos": "darwin"}
 DLLS = {
     ROOT / "build" / "windows-x86_64-release" / "geist.dll": set(),
     ROOT / "addons" / "geist" / "bin" / "libgeist_godot.windows.x86_64.dll": {"geist_godot_init"},
@@ -43,9 +48,9 @@ def gdextension_libraries() -> dict[str, str]:
 
 
 def platform_of(tag: str) -> str:
-    """'windows.release.x86_64' -> 'windows.x86_64'"""
+    """'windows.release.x86_64' -> 'windows.x86_64'; 'macos.release' (universal) -> 'macos'"""
     parts = tag.split(".")
-    return f"{parts[0]}.{parts[-1]}"
+    return parts[0] if len(parts) == 2 else f"{parts[0]}.{parts[-1]}"
 
 
 def pe_exports(path: Path) -> list[str]:
@@ -81,7 +86,7 @@ def pe_exports(path: Path) -> list[str]:
 
 def test_gdextension_names_the_shipped_platforms() -> None:
     plats = {platform_of(t) for t in gdextension_libraries()}
-    assert {"linux.x86_64", "linux.arm64", "windows.x86_64"} <= plats
+    assert {"linux.x86_64", "linux.arm64", "windows.x86_64", "macos"} <= plats
 
 
 @pytest.mark.parametrize("tag", sorted(gdextension_libraries()))
@@ -89,6 +94,9 @@ def test_every_gdextension_binary_exists(tag: str) -> None:
     plat = platform_of(tag)
     if not GODOT.exists():
         pytest.skip("Godot 4 is not installed (scripts/setup_godot.sh): the addon is not built")
+    host = BUILT_ON.get(plat)
+    if host is not None and sys.platform != host:
+        pytest.skip(f"{plat} binaries are built on {host}, not here ({sys.platform})")
     cc = COMPILERS.get(plat)
     assert cc is not None, f"{tag}: no known compiler for {plat}; add it to setup_platforms.sh"
     if shutil.which(cc) is None:

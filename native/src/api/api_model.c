@@ -7,6 +7,7 @@
 #include "../model/model.h"
 #include "../util/pool.h"
 #include "../runtime/runtime.h"
+#include "../grammar/grammar.h"
 #include "../tokenizer/tokenizer.h"
 #include "../util/ggml_types.h"
 #include "../util/platform.h"
@@ -168,6 +169,10 @@ static geist_status load_span(geist_engine *engine, const void *data, size_t siz
     if (!st) {
         m->tokenizer_free = gt_tokenizer_free; /* the model frees what it was given */
         st = gt_tokenizer_create(&m->gguf, &m->tokenizer, &err);
+        if (!st && m->tokenizer) {
+            m->grammar_cache_free = gt_grammar_cache_free;
+            st = gt_grammar_cache_create(m->tokenizer, m->cfg.n_vocab, &m->grammar_cache, &err);
+        }
         if (!st && m->backend->device) {
             bool drop = false;
             st = m->backend->device->model_init(engine->dev_ctx, m, map != NULL, &m->dev, &drop,
@@ -298,6 +303,21 @@ geist_status geist_model_info_json(const geist_model *m, char *buf, size_t cap, 
               c->d_model, c->n_head, c->n_head_kv, c->head_dim_k, c->head_dim_v, c->n_ff,
               c->n_rot, (double)c->rope_base, (double)c->rope_base_local, c->sliding_window,
               (double)c->eps, m->gguf.size, (unsigned long long)m->weight_bytes);
+    /* the recipe's particulars (issue 21's architectures) */
+    bool biases = false;
+    for (int32_t il = 0; il < c->n_layer && !biases; il++)
+        biases = m->layers[il].bq.data || m->layers[il].bo.data;
+    sb_printf(&b,
+              ", \"rope_neox\": %s, \"rope_scale\": %.9g, \"rope_freq_factors\": %s"
+              ", \"qk_norm\": %s, \"post_norms\": %s, \"attn_biases\": %s"
+              ", \"attn_softcap\": %.9g, \"final_softcap\": %.9g, \"attn_scale\": %.9g"
+              ", \"tied_output\": %s",
+              c->rope_style == GT_ROPE_NEOX ? "true" : "false",
+              (double)(c->rope_scale_global > 0.0f ? 1.0f / c->rope_scale_global : 1.0f),
+              c->rope_freq_factors ? "true" : "false", c->qk_norm ? "true" : "false",
+              c->post_norms ? "true" : "false", biases ? "true" : "false",
+              (double)c->attn_softcap, (double)c->final_softcap, (double)c->attn_scale,
+              m->output.data == m->tok_embd.data ? "true" : "false");
     sb_printf(&b, ", \"sliding_layers\": [");
     bool first = true;
     for (int32_t il = 0; il < c->n_layer; il++) {

@@ -158,6 +158,8 @@ const gt_backend *gt_backend_cpu_scalar(void);
 const gt_backend *gt_backend_cpu_scalar_exact(void);
 /* The Vulkan backend (vulkan/); NULL when the library was built without Vulkan headers. */
 const gt_backend *gt_backend_vulkan(void);
+/* The Metal backend (metal/metal.m, Darwin only); NULL elsewhere. */
+const gt_backend *gt_backend_metal(void);
 /* NULL if no backend of that name is compiled in. "auto" picks the best available. */
 const gt_backend *gt_backend_find(const char *name);
 /* Comma-separated names of the compiled-in backends. */

@@ -21,6 +21,9 @@ const gt_backend *gt_backend_find(const char *name) {
     /* by name only: "auto" stays on the CPU (a GPU is the game's explicit choice) */
     if (strcmp(name, "vulkan") == 0) return gt_backend_vulkan();
 #endif
+#ifdef GEIST_HAVE_METAL
+    if (strcmp(name, "metal") == 0) return gt_backend_metal(); /* by name only, as vulkan */
+#endif
     /* forced cpu_x86 variants (tests compare them); findable, not listed */
     if (strcmp(name, "cpu_x86_avx2") == 0) return gt_backend_cpu_x86_avx2();
     if (strcmp(name, "cpu_x86_avx512") == 0) return gt_backend_cpu_x86_avx512();
@@ -30,16 +33,24 @@ const gt_backend *gt_backend_find(const char *name) {
     return NULL;
 }
 
-const char *gt_backend_names(void) {
 #ifdef GEIST_HAVE_VULKAN
-    return "cpu_x86,cpu_neon,cpu_scalar,vulkan";
+#define GT_VULKAN_NAME ",vulkan"
 #else
-    return "cpu_x86,cpu_neon,cpu_scalar";
+#define GT_VULKAN_NAME ""
 #endif
-}
+#ifdef GEIST_HAVE_METAL
+#define GT_METAL_NAME ",metal"
+#else
+#define GT_METAL_NAME ""
+#endif
+
+const char *gt_backend_names(void) { return "cpu_x86,cpu_neon,cpu_scalar" GT_VULKAN_NAME GT_METAL_NAME; }
 
 #ifndef GEIST_HAVE_VULKAN
 const gt_backend *gt_backend_vulkan(void) { return NULL; }
+#endif
+#ifndef GEIST_HAVE_METAL
+const gt_backend *gt_backend_metal(void) { return NULL; }
 #endif
 
 bool gt_backend_matmul_via_q(const gt_backend *be, const gt_weight *w, const float *x,

@@ -1,5 +1,7 @@
-/* Architecture configs (llama, gemma3) from GGUF metadata, and weight views with shape checks.
- * Nothing here hard-codes a model size: every dimension comes from the file. */
+/* Architecture configs (llama, qwen2, qwen3, phi3, gemma2, gemma3) from GGUF metadata, and weight
+ * views with shape checks. Nothing here hard-codes a model size: every dimension comes from the
+ * file. The recipes follow llama.cpp's reading of the same keys and tensors (its outputs on these
+ * architectures' fixtures are the committed oracle, tests/data/llama_cpp/). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +15,10 @@ typedef struct arch_desc {
     gt_arch arch;
 } arch_desc;
 
-static const arch_desc k_archs[] = {{"llama", GT_ARCH_LLAMA}, {"gemma3", GT_ARCH_GEMMA3}};
+static const arch_desc k_archs[] = {{"llama", GT_ARCH_LLAMA}, {"qwen2", GT_ARCH_QWEN2},
+                                    {"qwen3", GT_ARCH_QWEN3}, {"phi3", GT_ARCH_PHI3},
+                                    {"gemma2", GT_ARCH_GEMMA2}, {"gemma3", GT_ARCH_GEMMA3}};
+#define SUPPORTED_ARCHS "llama, qwen2, qwen3, phi3, gemma2, gemma3"
 
 static bool key_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out) {
     char key[128];
@@ -69,6 +74,8 @@ static geist_status bind_weight(geist_model *m, const char *name, int64_t n_in, 
     return GEIST_OK;
 }
 
+static void free_vec(gt_vec *v) { free(v->owned); }
+
 /* Binds a 1-D vector of n floats; F32 is aliased, other supported types are widened (owned). */
 static geist_status bind_vec(geist_model *m, const char *name, int64_t n, bool optional,
                              gt_vec *v, gt_err *err) {
@@ -102,6 +109,15 @@ static geist_status bind_vec(geist_model *m, const char *name, int64_t n, bool o
     return GEIST_OK;
 }
 
+/* Rows [r0, r0 + n) of a bound weight, as a weight of its own (fused tensors: every row is whole
+ * blocks, so a row offset is a byte offset) */
+static gt_weight row_view(const gt_weight *w, int64_t r0, int64_t n) {
+    gt_weight v = *w;
+    v.data = w->data + (size_t)r0 * w->row_bytes;
+    v.n_out = n;
+    return v;
+}
+
 static geist_status read_config(geist_model *m, gt_err *err) {
     const gguf_file *f = &m->gguf;
     gt_config *c = &m->cfg;
@@ -119,7 +135,7 @@ static geist_status read_config(geist_model *m, gt_err *err) {
     if (!found) {
         int len = arch.len > 64 ? 64 : (int)arch.len;
         return gt_fail(err, GEIST_ERR_UNSUPPORTED,
-                       "unknown architecture '%.*s' (supported: llama, gemma3)", len, arch.ptr);
+                       "unknown architecture '%.*s' (supported: " SUPPORTED_ARCHS ")", len, arch.ptr);
     }
     const char *a = c->arch_name;
     geist_status st;
@@ -152,15 +168,22 @@ static geist_status read_config(geist_model *m, gt_err *err) {
     char key[128];
     gt_str stype;
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-    bool has_type = gt_gguf_get_str(f, key, &stype);
-    if (key_f32(f, a, "rope.scaling.factor", &factor) && factor > 0.0f && factor != 1.0f) {
-        if (has_type && !gt_str_eq(stype, "linear"))
-            return gt_fail(err, GEIST_ERR_UNSUPPORTED, "rope scaling type '%.*s' is not supported",
-                           (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
+    const bool has_type = gt_gguf_get_str(f, key, &stype);
+    if (has_type && !gt_str_eq(stype, "none") && !gt_str_eq(stype, "linear"))
+        /* yarn and longrope change the attention magnitude too; llama3's factors come as the
+         * rope_freqs tensor (what llama.cpp reads), not as keys */
+        return gt_fail(err, GEIST_ERR_UNSUPPORTED,
+                       "rope scaling type '%.*s' is not supported (supported: none, linear, and "
+                       "Llama 3's rope_freqs tensor)",
+                       (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
+    if ((!has_type || gt_str_eq(stype, "linear")) && key_f32(f, a, "rope.scaling.factor", &factor) &&
+        factor > 0.0f && factor != 1.0f)
         c->rope_scale_global = 1.0f / factor;
-    }
-    if (gt_gguf_find_tensor(f, "rope_freqs.weight"))
-        return gt_fail(err, GEIST_ERR_UNSUPPORTED, "rope_freqs (llama 3.1 rope scaling) is not supported yet");
+    if (gt_gguf_find_tensor(f, "rope_factors_long.weight") ||
+        gt_gguf_find_tensor(f, "rope_factors_short.weight"))
+        return gt_fail(err, GEIST_ERR_UNSUPPORTED,
+                       "LongRoPE (rope_factors_long/short: Phi-3 128k models) is not supported yet");
+    c->rope_freq_factors = gt_gguf_find_tensor(f, "rope_freqs.weight") != NULL;
     c->sliding_window = 0;
     c->embed_scale = 1.0f;
     c->qk_norm = false;
@@ -168,8 +191,48 @@ static geist_status read_config(geist_model *m, gt_err *err) {
     c->act = GT_ACT_SILU;
     c->rope_style = GT_ROPE_NORM;
     c->rope_base_local = c->rope_base;
+    c->rope_scale_local = c->rope_scale_global;
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim_k);
-    if (c->arch == GT_ARCH_GEMMA3) {
+    c->attn_softcap = 0.0f;
+    c->final_softcap = 0.0f;
+    float fv;
+    switch (c->arch) {
+    case GT_ARCH_LLAMA:
+        /* Mistral: every layer attends over the last attention.sliding_window positions
+         * (llama.cpp reads no window for llama and attends over everything: equal below it) */
+        if (key_u32(f, a, "attention.sliding_window", &u) && u > 0)
+            c->sliding_window = (int32_t)(u > (1u << 24) ? 1u << 24 : u);
+        break;
+    case GT_ARCH_QWEN2: /* NeoX rope; q/k/v biases (bound below when present) */
+    case GT_ARCH_PHI3:  /* NeoX rope; fused attn_qkv and gate|up; its window is unused, as in
+                         * llama.cpp, which disables Phi-3's sliding window */
+        c->rope_style = GT_ROPE_NEOX;
+        break;
+    case GT_ARCH_QWEN3: /* NeoX rope, per-head RMSNorm of Q and K before it */
+        c->rope_style = GT_ROPE_NEOX;
+        c->qk_norm = true;
+        break;
+    case GT_ARCH_GEMMA2:
+        /* Gemma 2: embeddings scaled by sqrt(d), post-sublayer norms, gated GELU(tanh), NeoX
+         * rope, every other layer (even ones) sliding (window 4096 unless the file says), tanh
+         * soft-capping of attention scores (default 50) and final logits (default 30), the
+         * scale 1/sqrt(key_length) (llama.cpp: n_embd/n_head for the 46-layer 27B) */
+        c->sliding_window = key_u32(f, a, "attention.sliding_window", &u) && u > 0
+                                ? (int32_t)(u > (1u << 24) ? 1u << 24 : u)
+                                : 4096;
+        c->embed_scale = sqrtf((float)c->d_model);
+        c->post_norms = true;
+        c->act = GT_ACT_GELU_TANH;
+        c->rope_style = GT_ROPE_NEOX;
+        if (key_f32(f, a, "rope.freq_base_swa", &fv) && fv > 0.0f) c->rope_base_local = fv;
+        c->attn_softcap = key_f32(f, a, "attn_logit_softcapping", &fv) ? fv : 50.0f;
+        c->final_softcap = key_f32(f, a, "final_logit_softcapping", &fv) ? fv : 30.0f;
+        if (!(c->attn_softcap >= 0.0f) || !(c->final_softcap >= 0.0f) ||
+            !isfinite(c->attn_softcap) || !isfinite(c->final_softcap))
+            return gt_fail(err, GEIST_ERR_BAD_FORMAT, "invalid soft-capping value");
+        if (c->n_layer == 46) c->attn_scale = 1.0f / sqrtf((float)(c->d_model / c->n_head));
+        break;
+    case GT_ARCH_GEMMA3:
         /* Gemma 3: embeddings scaled by sqrt(d), per-head QK RMSNorm, post-sublayer norms,
          * gated GELU(tanh), NeoX rope, sliding-window local layers with rope base 10000. The
          * GGUF stores norm weights with the +1 already folded in. */
@@ -180,7 +243,10 @@ static geist_status read_config(geist_model *m, gt_err *err) {
         c->act = GT_ACT_GELU_TANH;
         c->rope_style = GT_ROPE_NEOX;
         c->rope_base_local = 10000.0f;
+        c->rope_scale_local = 1.0f;
+        break;
     }
+    if (key_f32(f, a, "attention.scale", &fv) && fv > 0.0f && isfinite(fv)) c->attn_scale = fv;
     return GEIST_OK;
 }
 
@@ -215,12 +281,15 @@ geist_status gt_arch_load(geist_model *m, gt_err *err) {
     if ((st = bind_weight(m, "output.weight", d, c->n_vocab, true, &m->output, err))) return st;
     if (!m->output.data) m->output = m->tok_embd; /* tied output embeddings */
     if ((st = bind_vec(m, "output_norm.weight", d, false, &m->output_norm, err))) return st;
-    const bool gemma = c->arch == GT_ARCH_GEMMA3;
+    const bool post_norms = c->post_norms;
+    const bool fused_qkv = gt_gguf_find_tensor(&m->gguf, "blk.0.attn_qkv.weight") != NULL;
+    const bool fused_ffn = c->arch == GT_ARCH_PHI3;
     /* The layer table is sized from block_count: bound it by what the file holds before
      * allocating (every layer needs its own tensors), so a small file with a huge count fails
      * here instead of reserving gigabytes. token_embd and output_norm (both found above) are
      * the two tensors outside the layers. */
-    const uint64_t per_layer = gemma ? 13u : 9u;
+    const uint64_t per_layer = 3u + (fused_qkv ? 1u : 3u) + (fused_ffn ? 2u : 3u) +
+                               (c->qk_norm ? 2u : 0u) + (post_norms ? 2u : 0u);
     if ((uint64_t)c->n_layer > (m->gguf.n_tensors - 2) / per_layer)
         return gt_fail(err, GEIST_ERR_BAD_FORMAT,
                        "metadata '%s.block_count' = %d needs at least %llu tensors (%llu per "
@@ -230,6 +299,13 @@ geist_status gt_arch_load(geist_model *m, gt_err *err) {
                        (unsigned long long)per_layer, (unsigned long long)m->gguf.n_tensors);
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->layers) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (layers)");
+    /* Sliding layers: Mistral (llama with a window) all of them; Gemma 2 the even ones
+     * (llama.cpp's pattern 2); Gemma 3 five of every six. attention.sliding_window_pattern, when
+     * a number, overrides the period (layer il slides when il % period < period - 1). */
+    uint32_t period = c->arch == GT_ARCH_GEMMA2 ? 2u : c->arch == GT_ARCH_GEMMA3 ? 6u : 0u;
+    uint32_t pu;
+    if (period && key_u32(&m->gguf, c->arch_name, "attention.sliding_window_pattern", &pu))
+        period = pu;
     for (int32_t il = 0; il < c->n_layer; il++) {
         gt_layer *L = &m->layers[il];
         char n[96];
@@ -239,32 +315,90 @@ geist_status gt_arch_load(geist_model *m, gt_err *err) {
 #define V(field, suffix, len, opt)                                                    \
     snprintf(n, sizeof n, "blk.%d." suffix ".weight", il);                            \
     if ((st = bind_vec(m, n, len, opt, &L->field, err))) return st;
+#define B(field, suffix, len)                                                         \
+    snprintf(n, sizeof n, "blk.%d." suffix ".bias", il);                              \
+    if ((st = bind_vec(m, n, len, true, &L->field, err))) return st;
         V(attn_norm, "attn_norm", d, false);
-        W(wq, "attn_q", d, q_dim);
-        W(wk, "attn_k", d, kv_dim);
-        W(wv, "attn_v", d, v_dim);
+        if (fused_qkv) {
+            gt_weight qkv;
+            W(wq, "attn_qkv", d, q_dim + kv_dim + v_dim);
+            qkv = L->wq;
+            L->wq = row_view(&qkv, 0, q_dim);
+            L->wk = row_view(&qkv, q_dim, kv_dim);
+            L->wv = row_view(&qkv, q_dim + kv_dim, v_dim);
+            B(bq, "attn_qkv", q_dim + kv_dim + v_dim);
+            if (L->bq.data) {
+                const float *all = L->bq.data;
+                L->bq.n = q_dim;
+                L->bk = (gt_vec){all + q_dim, NULL, kv_dim};
+                L->bv = (gt_vec){all + q_dim + kv_dim, NULL, v_dim};
+            }
+        } else {
+            W(wq, "attn_q", d, q_dim);
+            W(wk, "attn_k", d, kv_dim);
+            W(wv, "attn_v", d, v_dim);
+        }
+        if (!L->bq.data) {
+            B(bq, "attn_q", q_dim);
+            B(bk, "attn_k", kv_dim);
+            B(bv, "attn_v", v_dim);
+        }
         W(wo, "attn_output", o_dim, d);
+        B(bo, "attn_output", d);
         V(ffn_norm, "ffn_norm", d, false);
-        W(w_gate, "ffn_gate", d, c->n_ff);
-        W(w_up, "ffn_up", d, c->n_ff);
+        if (fused_ffn) {
+            /* ffn_up holds gate | up (llama.cpp's swiglu: silu of the first half) */
+            gt_weight gu;
+            W(w_up, "ffn_up", d, 2 * (int64_t)c->n_ff);
+            gu = L->w_up;
+            L->w_gate = row_view(&gu, 0, c->n_ff);
+            L->w_up = row_view(&gu, c->n_ff, c->n_ff);
+        } else {
+            W(w_gate, "ffn_gate", d, c->n_ff);
+            W(w_up, "ffn_up", d, c->n_ff);
+        }
         W(w_down, "ffn_down", c->n_ff, d);
-        if (gemma) {
+        if (c->qk_norm) {
             V(q_norm, "attn_q_norm", c->head_dim_k, false);
             V(k_norm, "attn_k_norm", c->head_dim_k, false);
+        }
+        if (post_norms) {
             V(post_attn_norm, "post_attention_norm", d, false);
             V(post_ffn_norm, "post_ffw_norm", d, false);
-            /* Gemma 3 interleaves 5 sliding-window layers with 1 global layer. */
-            L->sliding = c->sliding_window > 0 && (il + 1) % 6 != 0;
         }
+        if (c->sliding_window > 0)
+            L->sliding = period == 0 || period == 1 || (uint32_t)il % period < period - 1;
 #undef W
 #undef V
+#undef B
+    }
+    if (c->arch == GT_ARCH_LLAMA && c->sliding_window > 0) {
+        /* every layer of a Mistral file slides */
+        for (int32_t il = 0; il < c->n_layer; il++) m->layers[il].sliding = true;
     }
     if ((st = make_inv_freq(&m->inv_freq_global, c->n_rot, c->rope_base, err))) return st;
     if ((st = make_inv_freq(&m->inv_freq_local, c->n_rot, c->rope_base_local, err))) return st;
+    if (c->rope_freq_factors) {
+        /* Llama 3.x: theta_i = pos * base^(-2i/n_rot) / rope_freqs[i] on every layer (as
+         * ggml_rope_ext's freq_factors) */
+        gt_vec ff;
+        if ((st = bind_vec(m, "rope_freqs.weight", c->n_rot / 2, false, &ff, err))) return st;
+        for (int32_t i = 0; i < c->n_rot / 2; i++) {
+            if (!(ff.data[i] > 0.0f) || !isfinite(ff.data[i])) {
+                if (ff.owned) m->owned_weight_bytes -= (uint64_t)ff.n * sizeof(float);
+                free_vec(&ff);
+                return gt_fail(err, GEIST_ERR_BAD_FORMAT,
+                               "rope_freqs.weight[%d] = %g is not a positive frequency factor",
+                               (int)i, (double)ff.data[i]);
+            }
+            m->inv_freq_global[i] /= ff.data[i];
+            m->inv_freq_local[i] /= ff.data[i];
+        }
+        if (ff.owned) m->owned_weight_bytes -= (uint64_t)ff.n * sizeof(float);
+        free_vec(&ff);
+    }
     return GEIST_OK;
 }
-
-static void free_vec(gt_vec *v) { free(v->owned); }
 
 void gt_arch_free(geist_model *m) {
     if (m->layers) {
@@ -276,6 +410,10 @@ void gt_arch_free(geist_model *m) {
             free_vec(&L->post_attn_norm);
             free_vec(&L->ffn_norm);
             free_vec(&L->post_ffn_norm);
+            free_vec(&L->bq); /* a fused bias: bk and bv view it */
+            free_vec(&L->bk);
+            free_vec(&L->bv);
+            free_vec(&L->bo);
         }
     }
     free(m->layers);

@@ -29,6 +29,7 @@ void gt_engine_release(geist_engine *e) {
 static void model_destroy(geist_model *m) {
     if (!m) return;
     if (m->dev && m->backend->device) m->backend->device->model_free(m->dev);
+    if (m->grammar_cache_free) m->grammar_cache_free(m->grammar_cache);
     if (m->tokenizer_free) m->tokenizer_free(m->tokenizer);
     gt_arch_free(m);
     gt_gguf_free(&m->gguf);

@@ -12,10 +12,18 @@
 #include "geist.h"
 
 struct gt_tokenizer;
+struct gt_grammar_cache;
 struct gt_pool;
 struct gt_runtime;
 
-typedef enum gt_arch { GT_ARCH_LLAMA = 0, GT_ARCH_GEMMA3 = 1 } gt_arch;
+typedef enum gt_arch {
+    GT_ARCH_LLAMA = 0,
+    GT_ARCH_GEMMA3 = 1,
+    GT_ARCH_QWEN2 = 2,
+    GT_ARCH_QWEN3 = 3,
+    GT_ARCH_PHI3 = 4,
+    GT_ARCH_GEMMA2 = 5
+} gt_arch;
 typedef enum gt_rope_style {
     GT_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]) */
     GT_ROPE_NEOX = 1  /* rotate x[i] with x[i + n_rot/2] */
@@ -31,7 +39,12 @@ typedef struct gt_config {
     float eps;
     float rope_base, rope_base_local; /* global layers / sliding-window layers */
     float rope_scale_global;          /* position multiplier (linear rope scaling), 1 = none */
+    float rope_scale_local;           /* sliding-window layers' (Gemma 3: 1; else the global) */
     float attn_scale, embed_scale;
+    /* tanh soft-capping (Gemma 2): scores = cap * tanh(scores / cap) after the attention scale,
+     * logits likewise after the output product; 0 = none */
+    float attn_softcap, final_softcap;
+    bool rope_freq_factors; /* the file's rope_freqs (Llama 3.x) divide the rotary frequencies */
     gt_rope_style rope_style;
     gt_act act;
     bool qk_norm, post_norms;
@@ -46,7 +59,12 @@ typedef struct gt_vec {
 
 typedef struct gt_layer {
     gt_vec attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffn_norm;
+    /* fused files (Phi-3: attn_qkv, a 2 * n_ff ffn_up) are bound as row views of the fused
+     * tensor, so every architecture runs the same products */
     gt_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    /* optional biases (Qwen 2: q/k/v; any file: attn_output), n = 0 when absent; a fused
+     * attn_qkv.bias is owned by bq and viewed by bk, bv */
+    gt_vec bq, bk, bv, bo;
     bool sliding; /* sliding-window attention layer */
 } gt_layer;
 
@@ -69,6 +87,10 @@ struct geist_model {
      * function that frees it: the model's release never calls up. NULL, NULL without one. */
     struct gt_tokenizer *tokenizer;
     void (*tokenizer_free)(struct gt_tokenizer *t);
+    /* grammar/ sits above model/ too: compiled grammars and the sorted vocabulary (thread-safe,
+     * grammar.h), created by api/ at load with the function that frees it. NULL, NULL without. */
+    struct gt_grammar_cache *grammar_cache;
+    void (*grammar_cache_free)(struct gt_grammar_cache *c);
     void *dev;        /* the device backend's model (backend.h gt_device_ops), else NULL */
     uint64_t owned_weight_bytes;
     uint64_t weight_bytes;

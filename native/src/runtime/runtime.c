@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "../chat/conversation.h"
+#include "../gen/actions.h"
 #include "../gen/gen.h"
 #include "../session/forward.h"
 #include "../util/pool.h"
@@ -38,6 +39,11 @@ typedef struct gt_req {
     geist_sampler_options sopts;
     geist_context_policy context;
     int32_t max_tokens;
+    geist_action *actions; /* names, descriptions and parameters owned */
+    size_t n_actions;
+    int32_t action_choice;
+    char *action_grammar; /* the reply grammar composed from the actions (GBNF) */
+    gt_grammar *grammar; /* compiled at submit (the model's cache), or NULL */
     /* state */
     int state;
     atomic_bool cancel; /* set under the lock, read unlocked in a step */
@@ -108,7 +114,16 @@ static void req_free(gt_req *r) {
     if (r->stop)
         for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
+    if (r->actions)
+        for (size_t i = 0; i < r->n_actions; i++) {
+            free((char *)r->actions[i].name);
+            free((char *)r->actions[i].description);
+            free((char *)r->actions[i].parameters);
+        }
+    free(r->actions);
+    free(r->action_grammar);
     gt_gen_free(&r->gen);
+    gt_grammar_release(r->grammar);
     free(r);
 }
 
@@ -232,8 +247,16 @@ static void emit(ev_vec *q, const geist_event *ev, const char *text, size_t len)
     }
 }
 
-/* The reply is what was streamed (gen.h): the finished text equals the TOKEN pieces. */
+/* The reply is what was streamed (gen.h): the finished text equals the TOKEN pieces. A complete
+ * action call comes first, as its own event. */
 static void emit_finished(ev_vec *q, gt_req *r, int32_t reason) {
+    size_t call_len = 0;
+    const char *call = reason != GEIST_FINISH_CANCELLED ? gt_gen_action(&r->gen, &call_len) : NULL;
+    if (call) {
+        geist_event act = ev_base(r, GEIST_EVENT_ACTION);
+        act.finish_reason = reason;
+        (void)ev_push(q, &act, call, call_len); /* out of memory: no ACTION event, no crash */
+    }
     geist_event ev = ev_base(r, GEIST_EVENT_FINISHED);
     ev.finish_reason = reason;
     size_t len = 0;
@@ -321,6 +344,39 @@ static geist_status copy_inputs(gt_req *q, const geist_request *r, gt_err *err) 
                 return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "request: stop[%zu] is NULL", i);
             if (!(q->stop[i] = dup_str(r->stop[i]))) goto oom;
         }
+    }
+    if (r->n_actions || r->actions) {
+        if (!r->actions || r->n_actions == 0)
+            return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                           "request: actions needs a non-NULL array and n_actions > 0");
+        if (r->grammar && r->grammar_kind != GEIST_GRAMMAR_NONE)
+            return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                           "request: actions and grammar are exclusive (the actions make the "
+                           "reply's grammar)");
+        st = gt_actions_grammar(r->actions, r->n_actions, r->action_choice, &q->action_grammar,
+                                err);
+        if (st != GEIST_OK) return st;
+        q->actions = gt_calloc(r->n_actions, sizeof *q->actions);
+        if (!q->actions) goto oom;
+        q->n_actions = r->n_actions;
+        for (size_t i = 0; i < r->n_actions; i++) {
+            const geist_action *a = &r->actions[i];
+            if (!(q->actions[i].name = dup_str(a->name))) goto oom;
+            if (a->description && !(q->actions[i].description = dup_str(a->description)))
+                goto oom;
+            if (a->parameters && !(q->actions[i].parameters = dup_str(a->parameters))) goto oom;
+        }
+        q->action_choice = r->action_choice;
+    }
+    /* the request's grammar, or the one composed from its actions (GBNF) */
+    const char *gtext = q->action_grammar ? q->action_grammar : r->grammar;
+    const int32_t gkind = q->action_grammar ? GEIST_GRAMMAR_GBNF : r->grammar_kind;
+    if (gtext && gkind != GEIST_GRAMMAR_NONE) {
+        if (!q->model->grammar_cache)
+            return gt_fail(err, GEIST_ERR_STATE, "request: a grammar needs a model with a tokenizer");
+        /* compiled on the caller's thread: errors come back from geist_submit */
+        st = gt_grammar_get(q->model->grammar_cache, gtext, strlen(gtext), gkind, &q->grammar, err);
+        if (st != GEIST_OK) return st;
     }
     q->sopts = r->sampler;
     q->max_tokens = r->max_tokens;
@@ -518,6 +574,10 @@ static geist_status prepare(gt_req *r, gt_err *err) {
         .n_stop = r->n_stop,
         .sampler = r->sopts,
         .max_tokens = r->max_tokens,
+        .actions = r->actions,
+        .n_actions = r->n_actions,
+        .action_choice = r->action_choice,
+        .grammar = r->grammar,
     };
     geist_status st = gt_gen_prepare(&r->gen, r->session, &in, err);
     if (st != GEIST_OK) return st;
@@ -565,8 +625,7 @@ static void sample_task(void *ctx, int64_t i, float *scratch) {
     if (pk->adv != ADV_SAMPLE) return;
     gt_req *r = pk->r;
     r->sample_err = (gt_err){0};
-    r->sample_st =
-        gt_sampler_sample(r->gen.sampler, r->session->logits, &r->sampled, &r->sample_err);
+    r->sample_st = gt_gen_sample(&r->gen, r->session->logits, &r->sampled, &r->sample_err);
 }
 
 /* Returns true when the request ended (events written). */

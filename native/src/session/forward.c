@@ -375,6 +375,18 @@ static void add_residual(const gt_config *c, float *x, float *o, const float *po
     for (int64_t i = 0; i < c->d_model; i++) x[i] += o[i];
 }
 
+static void add_bias(float *y, const gt_vec *b) {
+    if (b->data)
+        for (int64_t i = 0; i < b->n; i++) y[i] += b->data[i];
+}
+
+/* cap * tanh(x / cap) over n values (Gemma 2's final logits); tanh in double rounded to float,
+ * the same bits on every platform (kv.c's softcap_scores says why) */
+static void softcap(float *x, int64_t n, float cap) {
+    const float inv = 1.0f / cap;
+    for (int64_t i = 0; i < n; i++) x[i] = cap * (float)tanh((double)(x[i] * inv));
+}
+
 static void layer_task(void *ctx, int64_t task, float *tmp) {
     const layer_job *j = ctx;
     const geist_model *m = j->m;
@@ -395,10 +407,13 @@ static void layer_task(void *ctx, int64_t task, float *tmp) {
     case STEP_QK: {
         const gt_batch_row *r = &j->rows[t];
         const float *inv_freq = L->sliding ? m->inv_freq_local : m->inv_freq_global;
-        const float pscale = L->sliding ? 1.0f : c->rope_scale_global;
+        const float pscale = L->sliding ? c->rope_scale_local : c->rope_scale_global;
         float *cs = tmp, *sn = tmp + c->n_rot / 2;
         rope_angles(c->n_rot, inv_freq, (float)r->pos * pscale, cs, sn);
         float *qt = sc->q + t * qd, *kt = sc->k + t * kd;
+        add_bias(qt, &L->bq);
+        add_bias(kt, &L->bk);
+        add_bias(sc->v + t * vd, &L->bv);
         for (int32_t h = 0; h < c->n_head; h++) {
             float *qh = qt + (int64_t)h * c->head_dim_k;
             if (c->qk_norm) rmsnorm(qh, qh, L->q_norm.data, c->head_dim_k, c->eps);
@@ -444,6 +459,7 @@ static void layer_task(void *ctx, int64_t task, float *tmp) {
         break;
     }
     case STEP_POST_ATTN:
+        add_bias(sc->o + t * d, &L->bo);
         add_residual(c, sc->x + t * d, sc->o + t * d, L->post_attn_norm.data);
         rmsnorm(sc->xn + t * d, sc->x + t * d, L->ffn_norm.data, d, c->eps);
         break;
@@ -595,6 +611,9 @@ geist_status gt_forward_batch(const geist_model *m, const gt_batch_row *rows, in
         for (int32_t t = 0; t < n; t++)
             if (rows[t].logits) memcpy(rows[t].logits, sc->lg + (size_t)k++ * nv, nv * sizeof(float));
     }
+    if (c->final_softcap > 0.0f)
+        for (int32_t t = 0; t < n; t++)
+            if (rows[t].logits) softcap(rows[t].logits, c->n_vocab, c->final_softcap);
     for (int32_t g = 0; g < n_groups; g++) {
         const gt_batch_row *last = &rows[sc->groups[g].r0 + sc->groups[g].n - 1];
         geist_session *s = last->s;

@@ -664,6 +664,18 @@ static void seg_values(const kv_seg *sg, const gt_config *c, const vec_ops *ops,
 }
 
 /* scores = softmax(scores * scale), in place */
+/* Soft-capping of attention scores (Gemma 2): the scale applied here, then cap * tanh(s / cap);
+ * the softmax that follows then scales by 1. Plain C on every path, so every backend and
+ * batching gives the same bits; tanh in double rounded to float (as rope_angles' cos and sin:
+ * the C libraries' tanhf differ between x86-64 and arm64, their double results rounded to float
+ * do not). Returns the scale the softmax must still apply. */
+static float softcap_scores(float *scores, int32_t n, const gt_config *c) {
+    if (!(c->attn_softcap > 0.0f)) return c->attn_scale;
+    const float cap = c->attn_softcap, inv = 1.0f / cap, scale = c->attn_scale;
+    for (int32_t t = 0; t < n; t++) scores[t] = cap * (float)tanh((double)(scores[t] * scale * inv));
+    return 1.0f;
+}
+
 static void softmax_row(float *scores, int32_t n, float scale) {
     float maxv = -INFINITY;
     for (int32_t t = 0; t < n; t++) {
@@ -958,7 +970,10 @@ static void attend_f16(const kv_seg *segs, const int32_t *lo, const int32_t *hi,
                             scores};
         if (wide) scores_512(&h);
         else scores_avx2(&h);
-        for (int32_t e = 0; e < group; e++) softmax_f16path(scores + (int64_t)e * n_ctx, n_ctx, c->attn_scale);
+        for (int32_t e = 0; e < group; e++) {
+            float *se = scores + (int64_t)e * n_ctx;
+            softmax_f16path(se, n_ctx, softcap_scores(se, n_ctx, c));
+        }
         if (wide) values_512(&h);
         else values_avx2(&h);
     }
@@ -1029,8 +1044,9 @@ void gt_kv_attend(const geist_session *s, int32_t layer, const float *q, int32_t
             seg_scores(&segs[i], c, &ops, g, qs, lo[i], hi[i], sc->scores + j, sc->row_k);
             j += hi[i] - lo[i] + 1;
         }
-        if (all_f16) softmax_f16_plain(sc->scores, n_ctx, c->attn_scale);
-        else softmax_row(sc->scores, n_ctx, c->attn_scale);
+        const float scale = softcap_scores(sc->scores, n_ctx, c);
+        if (all_f16) softmax_f16_plain(sc->scores, n_ctx, scale);
+        else softmax_row(sc->scores, n_ctx, scale);
         float *oh = out + (int64_t)h * hv;
         memset(oh, 0, (size_t)hv * sizeof(float));
         j = 0;

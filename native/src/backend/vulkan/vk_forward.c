@@ -166,6 +166,19 @@ static void check_model(const geist_model *m, char *buf, size_t cap) {
                  "embedding scale) is not on the device yet (use a CPU backend)");
         return;
     }
+    if (c->attn_softcap > 0.0f || c->final_softcap > 0.0f) {
+        snprintf(buf, cap, "vulkan: logit soft-capping is not on the device yet (use a CPU "
+                 "backend)");
+        return;
+    }
+    for (int32_t il = 0; il < c->n_layer; il++) {
+        const gt_layer *L = &m->layers[il];
+        if (L->bq.data || L->bk.data || L->bv.data || L->bo.data) {
+            snprintf(buf, cap, "vulkan: attention biases (blk.%d) are not on the device yet (use "
+                     "a CPU backend)", (int)il);
+            return;
+        }
+    }
     for (int32_t il = 0; il < c->n_layer; il++)
         if (m->layers[il].sliding) {
             snprintf(buf, cap, "vulkan: sliding-window layers are not on the device yet (use a "

@@ -1,0 +1,172 @@
+"""NPC actions (geist.h "Actions"): the action list in the prompt, the reply format the grammar
+holds the model to, the ACTION event and its parse, on the real SmolLM2.
+
+The oracle for the prompt is the documented plain format (rendered here independently, then run
+through the model's own chat template and tokenizer); for replies it is `jsonschema`: whenever an
+NPC calls an action, the arguments validate against that action's declared schema.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import geist
+from geist.actions import Action, ActionCall
+
+jsonschema = pytest.importorskip("jsonschema")
+
+GIVE = Action(
+    "give_item",
+    "Hand the player an item from your stock.",
+    {"type": "object",
+     "properties": {"item": {"type": "string", "enum": ["sword", "shield", "potion"]},
+                    "count": {"type": "integer", "minimum": 1, "maximum": 3}},
+     "required": ["item", "count"], "additionalProperties": False},
+)
+OPEN = Action("open_gate", "Open the village gate for the player.")
+ACTIONS = [GIVE, OPEN]
+PERSONA = "You are Brom, the village blacksmith. Answer in one short sentence."
+
+
+def section(actions: list[Action], choice: str = "auto") -> str:
+    """The documented plain format (geist.h "Actions"), written independently of the core."""
+    lines = ["", "", "The game lets you act. Your actions:"]
+    for a in actions:
+        desc = f" {a.description}" if a.description else ""
+        args = f" Arguments: {a.parameters_json()}" if a.parameters else " No arguments."
+        lines.append(f"- {a.name}:{desc}{args}")
+    lead = ("Reply in character in one short line, then act on a second line: "
+            if choice == "required"
+            else "Reply in character in one short line. To act, add a second line: ")
+    lines.append(lead + '<call>{"name":"' + actions[0].name + '","arguments":{...}}')
+    return "\n".join(lines)
+
+
+def schema_of(name: str) -> dict[str, Any]:
+    a = next(a for a in ACTIONS if a.name == name)
+    return dict(a.parameters) if isinstance(a.parameters, dict) else \
+        {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+@pytest.fixture(scope="module")
+def model(smollm2_path: Any) -> geist.Model:
+    return geist.Model.load(smollm2_path)
+
+
+def test_action_call_from_json() -> None:
+    call = ActionCall.from_json('{"name":"give_item","arguments":{"item":"sword","count":2}}')
+    assert call == ActionCall("give_item", {"item": "sword", "count": 2})
+    assert isinstance(call.arguments["count"], int)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_prompt_renders_the_action_list(model: geist.Model, choice: str) -> None:
+    """The prompt the session ran is the model's template over the persona plus the section."""
+    talk = [{"role": "system", "content": PERSONA}, {"role": "user", "content": "Hello!"}]
+    s = model.session(max_seq_len=512)
+    res = s.chat(talk, max_tokens=0, actions=ACTIONS, action_choice=choice).result()
+    assert res.finish_reason == "length"
+    want = [{"role": "system", "content": PERSONA + section(ACTIONS, choice)}, talk[1]]
+    ids = model.tokenize(model.chat_template(want), parse_special=True)
+    assert s.history == ids
+    # no system message: one holding the section (without its blank line) comes first
+    s2 = model.session(max_seq_len=512)
+    s2.chat(talk[1:], max_tokens=0, actions=ACTIONS).result()
+    want2 = [{"role": "system", "content": section(ACTIONS).lstrip("\n")}, talk[1]]
+    assert s2.history == model.tokenize(model.chat_template(want2), parse_special=True)
+
+
+@pytest.mark.slow
+def test_text_prompt_gets_the_section_first(model: geist.Model) -> None:
+    s = model.session(max_seq_len=512)
+    s.generate("Brom says:", max_tokens=0, actions=[OPEN]).result()
+    assert s.history == model.tokenize(section([OPEN]).lstrip("\n") + "\n\nBrom says:")
+
+
+@pytest.mark.slow
+def test_bad_actions_are_refused_at_submit(model: geist.Model) -> None:
+    s = model.session(max_seq_len=256)
+    talk = [{"role": "user", "content": "Hi"}]
+    bad: list[tuple[list[Any], str]] = [
+        ([Action("give item")], "name"),
+        ([Action("9lives")], "name"),
+        ([Action("x" * 65)], "name"),
+        ([OPEN, OPEN], "both named"),
+        ([Action("a", parameters='{"type": "string"}')], "object"),
+        ([Action("a", parameters="{not json")], "JSON"),
+        ([Action("a", parameters={"type": "object", "properties": {"n": {"type": "wat"}}})],
+         "action 'a'"),
+    ]
+    for actions, word in bad:
+        with pytest.raises(geist.InvalidArgumentError, match=word):
+            s.chat(talk, max_tokens=4, actions=actions)
+    with pytest.raises(ValueError, match="action_choice"):
+        s.chat(talk, max_tokens=4, actions=[OPEN], action_choice="sometimes")
+    # the session is untouched and still works
+    assert s.chat(talk, max_tokens=2, temperature=0.0).result().finish_reason in ("length", "stop")
+
+
+def _check_reply(res: Any, pieces: list[str]) -> None:
+    assert res.text == "".join(pieces)
+    assert "<call>" not in res.text  # the call line is never streamed
+    if res.action is not None:
+        assert res.action.name in {a.name for a in ACTIONS}
+        jsonschema.validate(res.action.arguments, schema_of(res.action.name))
+        json.dumps(res.action.arguments)  # plain JSON types
+        assert res.action.json == json.dumps(
+            {"name": res.action.name, "arguments": res.action.arguments}, separators=(",", ":"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_npc_with_two_actions_replies_and_calls(model: geist.Model, temperature: float) -> None:
+    """An NPC with two actions: with action_choice="required" the reply always ends with a call
+    whose arguments validate; with "auto" it may only speak, and any call validates too."""
+    talk = [{"role": "system", "content": PERSONA},
+            {"role": "user", "content": "I need a sword, please give me one."}]
+    for seed in range(1):
+        s = model.session(max_seq_len=512, seed=seed)
+        gen = s.chat(talk, max_tokens=64, actions=ACTIONS, action_choice="required",
+                     temperature=temperature)
+        pieces = [p.text for p in gen]
+        res = gen.result()
+        assert res.finish_reason == "stop", res
+        assert res.action is not None, res
+        _check_reply(res, pieces)
+        s2 = model.session(max_seq_len=512, seed=seed)
+        gen2 = s2.chat(talk, max_tokens=48, actions=ACTIONS, temperature=temperature)
+        pieces2 = [p.text for p in gen2]
+        _check_reply(gen2.result(), pieces2)
+
+
+@pytest.mark.slow
+def test_cut_short_call_is_no_action(model: geist.Model) -> None:
+    """A required call cut by max_tokens gives no ACTION (and no crash): the reply finishes with
+    "grammar" and its text is still the speech."""
+    talk = [{"role": "user", "content": "Open the gate!"}]
+    s = model.session(max_seq_len=256)
+    res = s.chat(talk, max_tokens=3, actions=ACTIONS, action_choice="required",
+                 temperature=0.0).result()
+    assert res.action is None
+    assert res.finish_reason == "grammar"
+    assert "<call>" not in res.text
+
+
+@pytest.mark.slow
+def test_gemma3_calls_too(gemma3_path: Any) -> None:
+    """Gemma 3 (no chat template in its GGUF: the built-in ChatML one) used to write "<|im_end|>"
+    as text mid-line, which ended a required reply through the stop string before its call; the
+    speech holds no '<' now, so the call comes."""
+    gemma = geist.Model.load(gemma3_path)
+    talk = [{"role": "system", "content": PERSONA},
+            {"role": "user", "content": "I need a sword, please give me one."}]
+    gen = gemma.session(max_seq_len=512).chat(talk, max_tokens=64, actions=ACTIONS,
+                                              action_choice="required", temperature=0.0)
+    pieces = [p.text for p in gen]
+    res = gen.result()
+    assert res.finish_reason == "stop" and res.action is not None, res
+    _check_reply(res, pieces)
