@@ -26,8 +26,16 @@ static float rf(uint64_t *s) { return ((float)(rnd(s) >> 8) / 16777216.0f - 0.5f
 
 int main(void) {
     uint64_t seed = 0x9E3779B97F4A7C15ull;
-    const uint32_t types[] = {GT_TYPE_Q4_0, GT_TYPE_Q4_1, GT_TYPE_Q5_0, GT_TYPE_Q8_0,
-                              GT_TYPE_Q4_K, GT_TYPE_Q6_K, GT_TYPE_F16,  GT_TYPE_F32};
+    /* Q5_1 .. BF16: types cpu_neon leaves to cpu_scalar's kernels (they must still agree) */
+    const uint32_t types[] = {GT_TYPE_Q4_0, GT_TYPE_Q4_1,   GT_TYPE_Q5_0, GT_TYPE_Q8_0,
+                              GT_TYPE_Q4_K, GT_TYPE_Q6_K,   GT_TYPE_F16,  GT_TYPE_F32,
+                              GT_TYPE_Q5_1, GT_TYPE_IQ4_NL, GT_TYPE_Q5_K, GT_TYPE_Q3_K,
+                              GT_TYPE_Q2_K, GT_TYPE_IQ4_XS, GT_TYPE_BF16};
+    /* byte offsets of each block type's f16 scales (d, and the min's scale where it has one) */
+    const int f16_at[][2] = {{0, -1}, {0, 2},   {0, -1},  {0, -1}, {0, 2},
+                             {208, -1}, {0, -1}, {0, -1}, {0, 2},  {0, -1},
+                             {0, 2},  {108, -1}, {80, 82}, {0, -1}, {0, -1}};
+    const int n_types = (int)(sizeof types / sizeof types[0]);
     const gt_backend *bs[] = {gt_backend_cpu_neon_plain(), gt_backend_cpu_neon_dotprod(),
                               gt_backend_cpu_neon_i8mm(), gt_backend_cpu_neon()};
     const int nbs = 4;
@@ -35,9 +43,9 @@ int main(void) {
     for (int i = 0; i < nbs; i++)
         printf("%s: %s\n", bs[i]->name, bs[i]->available() ? "tested" : "not available here");
     int bad = 0, checked = 0;
-    for (int ti = 0; ti < 8; ti++) {
+    for (int ti = 0; ti < n_types; ti++) {
         const gt_type_info *inf = gt_type_get(types[ti]);
-        const int fl = types[ti] == GT_TYPE_F16 || types[ti] == GT_TYPE_F32;
+        const int fl = inf->block == 1;
         const int64_t blk = fl ? 1 : inf->block;
         const int64_t ns[] = {fl ? 37 : blk, 3 * blk * (fl ? 32 : 1), fl ? 300 : 7 * blk,
                               fl ? 576 : 9 * blk, fl ? 1000 : 18 * blk, fl ? 2600 : 41 * blk};
@@ -59,9 +67,13 @@ int main(void) {
                         const float v = rf(&seed);
                         memcpy(row + 4 * i, &v, 4);
                     }
-                } else if (types[ti] == GT_TYPE_F16) {
+                } else if (types[ti] == GT_TYPE_F16 || types[ti] == GT_TYPE_BF16) {
                     for (int64_t i = 0; i < n; i++) {
-                        const uint16_t h = gt_f32_to_f16(rf(&seed));
+                        const float v = rf(&seed);
+                        uint32_t u;
+                        memcpy(&u, &v, 4);
+                        const uint16_t h = types[ti] == GT_TYPE_F16 ? gt_f32_to_f16(v)
+                                                                    : (uint16_t)(u >> 16);
                         memcpy(row + 2 * i, &h, 2);
                     }
                 } else { /* finite, small scales (random bytes there could be inf/NaN) */
@@ -69,13 +81,8 @@ int main(void) {
                         uint8_t *p = row + (size_t)b * inf->bytes;
                         const uint16_t h1 = gt_f32_to_f16(rf(&seed) * 0.01f);
                         const uint16_t h2 = gt_f32_to_f16(rf(&seed) * 0.01f);
-                        if (types[ti] == GT_TYPE_Q6_K) {
-                            memcpy(p + 208, &h1, 2);
-                        } else {
-                            memcpy(p, &h1, 2);
-                            if (types[ti] == GT_TYPE_Q4_1 || types[ti] == GT_TYPE_Q4_K)
-                                memcpy(p + 2, &h2, 2);
-                        }
+                        memcpy(p + f16_at[ti][0], &h1, 2);
+                        if (f16_at[ti][1] >= 0) memcpy(p + f16_at[ti][1], &h2, 2);
                     }
                 }
             }

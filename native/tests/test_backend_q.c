@@ -28,14 +28,19 @@ static float rf(uint64_t *s) { return ((float)(rnd(s) >> 8) / 16777216.0f - 0.5f
 
 int main(void) {
     uint64_t seed = 88172645463325252ull;
-    const uint32_t types[] = {GT_TYPE_Q4_0, GT_TYPE_Q4_1, GT_TYPE_Q5_0,
-                              GT_TYPE_Q8_0, GT_TYPE_Q4_K, GT_TYPE_Q6_K};
+    const uint32_t types[] = {GT_TYPE_Q4_0, GT_TYPE_Q4_1, GT_TYPE_Q5_0, GT_TYPE_Q5_1,
+                              GT_TYPE_Q8_0, GT_TYPE_IQ4_NL, GT_TYPE_Q4_K, GT_TYPE_Q5_K,
+                              GT_TYPE_Q6_K, GT_TYPE_Q3_K, GT_TYPE_Q2_K, GT_TYPE_IQ4_XS};
+    /* byte offsets of each type's f16 scales (d, and the min's scale where it has one) */
+    const int f16_at[][2] = {{0, -1}, {0, 2},  {0, -1},  {0, 2},   {0, -1},  {0, -1},
+                             {0, 2},  {0, 2},  {208, -1}, {108, -1}, {80, 82}, {0, -1}};
+    const int n_types = (int)(sizeof types / sizeof types[0]);
     const gt_backend *bs[] = {gt_backend_cpu_x86_avx2(), gt_backend_cpu_x86_avx512(),
                               gt_backend_cpu_x86()};
     int bad = 0, checked = 0;
     for (int i = 0; i < 3; i++)
         printf("%s: %s\n", bs[i]->name, bs[i]->available() ? "tested" : "not available here");
-    for (int ti = 0; ti < 6; ti++) {
+    for (int ti = 0; ti < n_types; ti++) {
         const gt_type_info *inf = gt_type_get(types[ti]);
         const int64_t blk = inf->block;
         /* 41 blocks: more than one slice of the 16-row kernels (q_rows16.inc) */
@@ -57,13 +62,8 @@ int main(void) {
                     uint8_t *p = w + (size_t)r * rb + (size_t)b * inf->bytes;
                     const uint16_t h1 = gt_f32_to_f16(rf(&seed) * 0.01f);
                     const uint16_t h2 = gt_f32_to_f16(rf(&seed) * 0.01f);
-                    if (types[ti] == GT_TYPE_Q6_K) {
-                        memcpy(p + 208, &h1, 2);
-                    } else {
-                        memcpy(p, &h1, 2);
-                        if (types[ti] == GT_TYPE_Q4_1 || types[ti] == GT_TYPE_Q4_K)
-                            memcpy(p + 2, &h2, 2);
-                    }
+                    memcpy(p + f16_at[ti][0], &h1, 2);
+                    if (f16_at[ti][1] >= 0) memcpy(p + f16_at[ti][1], &h2, 2);
                 }
             for (int64_t i = 0; i < n * ntok; i++) x[i] = rf(&seed) * (i % 5 == 0 ? 10.0f : 1.0f);
             const gt_weight W = {w, types[ti], n, nout, rb};

@@ -423,8 +423,8 @@ def clear_cache() -> None:
 # Activation rounding, mirroring native/src/backend/act_quant.h: before a product with a
 # quantized weight, every backend (and llama.cpp) rounds the activations to 8 bits.
 ACT_F32, ACT_Q8_32, ACT_Q8_256 = 0, 1, 2
-_Q8_32_TYPES = {2, 3, 6, 8}  # Q4_0, Q4_1, Q5_0, Q8_0
-_Q8_256_TYPES = {12, 14}  # Q4_K, Q6_K
+_Q8_32_TYPES = {2, 3, 6, 7, 8, 20}  # Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL
+_Q8_256_TYPES = {10, 11, 12, 13, 14, 23}  # Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS
 
 
 def act_format(weight_type: int) -> int:

@@ -28,8 +28,9 @@ SentencePiece); ``family_fixture_path(family, weight_type)`` builds one.
 
 Every matrix row (ne[0]) is a multiple of 256, so each weight type, K-quants included, applies to
 every 2-D tensor. 1-D norm weights stay F32 (random around 1, never constant). gguf quantizes the
-legacy types itself; for Q4_K and Q6_K, which gguf can only dequantize, this module packs blocks
-itself with a simple (not optimal) quantizer, checked against gguf's dequantizer in the tests.
+legacy types itself; for the K-quants and IQ4 types, which gguf can only dequantize, this module
+packs blocks itself with a simple (not optimal) quantizer, checked against gguf's dequantizer in
+the tests. ``Q5_K_M_TYPES`` is a type_overrides mix in the spirit of llama.cpp's Q5_K_M recipe.
 
 Use from pytest (the cache makes a session-scoped fixture cheap)::
 
@@ -68,7 +69,16 @@ __all__ = [
 ]
 
 ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
-WEIGHT_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K")
+WEIGHT_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K",
+                "Q5_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS")  # fmt: skip
+K_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")  # rows of a multiple of 256
+
+# A Q5_K_M-like mix (type_overrides of build_fixture, weight_type "Q5_K"): llama.cpp's Q5_K_M
+# keeps Q5_K for most matrices and gives attn_v, ffn_down and output Q6_K (attn_v / ffn_down on
+# about half the layers; here on all). token_embd is Q4_K here, so one file holds all three.
+Q5_K_M_TYPES: dict[str, str] = {
+    "attn_v": "Q6_K", "ffn_down": "Q6_K", "output": "Q6_K", "token_embd": "Q4_K",
+}  # fmt: skip
 
 # Bump when the files this module writes change, so cached fixtures are rebuilt.
 BUILDER_VERSION = 2
@@ -86,6 +96,11 @@ _FILE_TYPES: dict[str, int] = {
     "Q8_0": LlamaFileType.MOSTLY_Q8_0,
     "Q4_K": LlamaFileType.MOSTLY_Q4_K_M,
     "Q6_K": LlamaFileType.MOSTLY_Q6_K,
+    "Q5_K": LlamaFileType.MOSTLY_Q5_K_M,
+    "Q3_K": LlamaFileType.MOSTLY_Q3_K_M,
+    "Q2_K": LlamaFileType.MOSTLY_Q2_K,
+    "IQ4_NL": LlamaFileType.MOSTLY_IQ4_NL,
+    "IQ4_XS": LlamaFileType.MOSTLY_IQ4_XS,
 }
 
 Array = np.ndarray[Any, np.dtype[Any]]
@@ -221,6 +236,150 @@ def _quantize_q6_k(rows: Array) -> Array:
     )
 
 
+def _pack_q4k_scales(sc: Array, mn: Array) -> Array:
+    """Q4_K / Q5_K: 8 six-bit scales and mins -> 12 bytes (layout in cpu_scalar/quants.c)."""
+    scales = np.zeros((sc.shape[0], 12), dtype=np.uint8)
+    scales[:, 0:4] = (sc[:, 0:4] & 0x3F) | ((sc[:, 4:8] >> 4) << 6)
+    scales[:, 4:8] = (mn[:, 0:4] & 0x3F) | ((mn[:, 4:8] >> 4) << 6)
+    scales[:, 8:12] = (sc[:, 4:8] & 0x0F) | ((mn[:, 4:8] & 0x0F) << 4)
+    return scales
+
+
+def _scale_min_fit(x: Array, levels: int, bits: int) -> tuple[Array, Array, Array, Array, Array]:
+    """Asymmetric sub-blocks (..., n_sub, len): value = d*sc*q - dmin*mn, q in 0..levels, sc and
+    mn integers below 2**bits. Returns d, dmin (f16, per super-block), sc, mn, q."""
+    lo = np.minimum(x.min(axis=2), 0.0)  # the offset is -dmin*m with m >= 0
+    sub_scale = (x.max(axis=2) - lo) / levels
+    sub_min = -lo
+    top = (1 << bits) - 1
+    d = _f16(sub_scale.max(axis=1) / top)
+    dmin = _f16(sub_min.max(axis=1) / top)
+    d32 = d.astype(np.float32)[:, None]
+    dm32 = dmin.astype(np.float32)[:, None]
+    sc = np.clip(np.rint(np.divide(sub_scale, d32, out=np.zeros_like(sub_scale), where=d32 > 0)),
+                 0, top).astype(np.uint8)  # fmt: skip
+    mn = np.clip(np.rint(np.divide(sub_min, dm32, out=np.zeros_like(sub_min), where=dm32 > 0)),
+                 0, top).astype(np.uint8)  # fmt: skip
+    step = (d32 * sc)[:, :, None]
+    off = (dm32 * mn)[:, :, None]
+    q = np.divide(x + off, step, out=np.zeros_like(x), where=step > 0)
+    return d, dmin, sc, mn, np.clip(np.rint(q), 0, levels).astype(np.uint8)
+
+
+def _quantize_q5_k(rows: Array) -> Array:
+    """Q5_K blocks: f16 d, f16 dmin, 12 bytes of scales/mins (as Q4_K), 32 bytes qh, 128 bytes of
+    low nibbles (as Q4_K); bit j of qh[l] is bit 4 of value l of sub-block j."""
+    x = rows.reshape(-1, 8, 32).astype(np.float32)
+    nb = x.shape[0]
+    d, dmin, sc, mn, q = _scale_min_fit(x, 31, 6)
+    low = q & 0x0F
+    qs = (low[:, 0::2, :] | (low[:, 1::2, :] << 4)).reshape(nb, 128)
+    qh = np.zeros((nb, 32), dtype=np.uint8)
+    for j in range(8):
+        qh |= ((q[:, j, :] >> 4) & 1) << j
+    return np.concatenate([d.reshape(nb, 1).view(np.uint8), dmin.reshape(nb, 1).view(np.uint8),
+                           _pack_q4k_scales(sc, mn), qh, qs], axis=1)  # fmt: skip
+
+
+def _pack_2bit(q: Array) -> Array:
+    """(nb, 256) values 0..3 -> 64 bytes: value 128h + 32j + l at bits 2j of byte 32h + l."""
+    q = q.reshape(-1, 2, 4, 32)
+    out = q[:, :, 0] | (q[:, :, 1] << 2) | (q[:, :, 2] << 4) | (q[:, :, 3] << 6)
+    return out.reshape(-1, 64).astype(np.uint8)
+
+
+def _quantize_q2_k(rows: Array) -> Array:
+    """Q2_K blocks: 16 bytes scale (low nibble) / min (high nibble) per 16 values, 64 bytes of
+    2-bit values, f16 d, f16 dmin; value = d*sc*q - dmin*mn."""
+    x = rows.reshape(-1, 16, 16).astype(np.float32)
+    nb = x.shape[0]
+    d, dmin, sc, mn, q = _scale_min_fit(x, 3, 4)
+    return np.concatenate([sc | (mn << 4), _pack_2bit(q.reshape(nb, 256)),
+                           d.reshape(nb, 1).view(np.uint8), dmin.reshape(nb, 1).view(np.uint8)],
+                          axis=1)  # fmt: skip
+
+
+def _quantize_q3_k(rows: Array) -> Array:
+    """Q3_K blocks: 32 bytes hmask, 64 bytes of 2-bit values, 12 bytes of 6-bit scales (+32),
+    f16 d; value = d*sc*(q - 4), q in 0..7 (its bit 2 in hmask: bit 4h+j of byte l)."""
+    x = rows.reshape(-1, 16, 16).astype(np.float32)
+    nb = x.shape[0]
+    sub_scale = np.abs(x).max(axis=2) / 4.0
+    d = _f16(sub_scale.max(axis=1) / 31.0)
+    d32 = d.astype(np.float32)[:, None]
+    sc = np.clip(np.rint(np.divide(sub_scale, d32, out=np.zeros_like(sub_scale), where=d32 > 0)),
+                 0, 31).astype(np.int32)  # fmt: skip
+    step = (d32 * sc)[:, :, None]
+    q = np.divide(x, step, out=np.zeros_like(x), where=step > 0)
+    q = (np.clip(np.rint(q), -4, 3) + 4).astype(np.uint8).reshape(nb, 256)
+    hm = (q >> 2).reshape(nb, 8, 32)  # bit k = 4h + j of byte l
+    hmask = np.zeros((nb, 32), dtype=np.uint8)
+    for k in range(8):
+        hmask |= hm[:, k, :] << k
+    s6 = (sc + 32).astype(np.uint8)
+    scales = np.zeros((nb, 12), dtype=np.uint8)
+    scales[:, 0:8] = (s6[:, 0:8] & 0x0F) | ((s6[:, 8:16] & 0x0F) << 4)
+    for k in range(16):
+        scales[:, 8 + k % 4] |= ((s6[:, k] >> 4) & 3) << (2 * (k // 4))
+    return np.concatenate([hmask, _pack_2bit(q & 3), scales, d.reshape(nb, 1).view(np.uint8)],
+                          axis=1)  # fmt: skip
+
+
+IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                      dtype=np.float32)  # fmt: skip
+
+
+def _iq4_nibbles(x: Array, step: Array) -> Array:
+    """Index of the level nearest to x / step (0 where step is 0), as uint8."""
+    t = np.divide(x, step, out=np.zeros_like(x), where=step != 0)
+    return np.abs(t[..., None] - IQ4_LEVELS).argmin(axis=-1).astype(np.uint8)
+
+
+def _pack_nibbles32(idx: Array) -> Array:
+    """(..., 32) nibbles -> (..., 16) bytes: low nibbles values 0..15, high 16..31."""
+    return (idx[..., :16] | (idx[..., 16:] << 4)).astype(np.uint8)
+
+
+def _signed_extreme(x: Array) -> Array:
+    """Per last-axis row: the value of largest magnitude, with its sign."""
+    return np.take_along_axis(x, np.abs(x).argmax(axis=-1)[..., None], axis=-1)[..., 0]
+
+
+def _quantize_iq4_nl(rows: Array) -> Array:
+    """IQ4_NL blocks of 32: f16 d, 16 nibble bytes; value = d * level[nibble]."""
+    x = rows.reshape(-1, 32).astype(np.float32)
+    d = _f16(_signed_extreme(x) / -127.0)
+    idx = _iq4_nibbles(x, d.astype(np.float32)[:, None])
+    return np.concatenate([d.reshape(-1, 1).view(np.uint8), _pack_nibbles32(idx)], axis=1)
+
+
+def _quantize_iq4_xs(rows: Array) -> Array:
+    """IQ4_XS blocks: f16 d, u16 scales_h, 4 bytes scales_l, 128 nibble bytes; sub-block j of 32
+    has the 6-bit scale ls_j (+32); value = d * ls_j * level[nibble]."""
+    x = rows.reshape(-1, 8, 32).astype(np.float32)
+    nb = x.shape[0]
+    sub = _signed_extreme(x) / -127.0
+    d = _f16(np.abs(sub).max(axis=1) / 31.0)
+    d32 = d.astype(np.float32)[:, None]
+    ls = np.clip(np.rint(np.divide(sub, d32, out=np.zeros_like(sub), where=d32 > 0)),
+                 -32, 31).astype(np.int32)  # fmt: skip
+    idx = _iq4_nibbles(x, (d32 * ls)[:, :, None])
+    u = (ls + 32).astype(np.uint16)
+    scales_h = np.zeros(nb, dtype=np.uint16)
+    for j in range(8):
+        scales_h |= (u[:, j] >> 4) << (2 * j)
+    lo = (u & 0x0F).astype(np.uint8)
+    scales_l = lo[:, 0::2] | (lo[:, 1::2] << 4)
+    return np.concatenate([d.reshape(nb, 1).view(np.uint8), scales_h.reshape(nb, 1).view(np.uint8),
+                           scales_l, _pack_nibbles32(idx).reshape(nb, 128)], axis=1)  # fmt: skip
+
+
+_PACKERS = {
+    "Q4_K": _quantize_q4_k, "Q6_K": _quantize_q6_k, "Q5_K": _quantize_q5_k,
+    "Q3_K": _quantize_q3_k, "Q2_K": _quantize_q2_k, "IQ4_XS": _quantize_iq4_xs,
+}  # fmt: skip
+
+
 def quantize_matrix(data: Array, weight_type: str) -> tuple[Array, GGMLQuantizationType]:
     """Encode a float (rows, cols) matrix as weight_type; returns (array for GGUFWriter, type)."""
     qtype = GGMLQuantizationType[weight_type]
@@ -229,12 +388,15 @@ def quantize_matrix(data: Array, weight_type: str) -> tuple[Array, GGMLQuantizat
         return data, qtype
     if weight_type == "F16":
         return data.astype(np.float16), qtype
-    if weight_type in ("Q4_K", "Q6_K"):
+    if weight_type in K_TYPES:
         if data.shape[-1] % QK_K != 0:
             raise ValueError(f"{weight_type} needs rows of a multiple of {QK_K}, got {data.shape}")
-        pack = _quantize_q4_k if weight_type == "Q4_K" else _quantize_q6_k
-        blocks = pack(data.reshape(-1, QK_K))
+        blocks = _PACKERS[weight_type](data.reshape(-1, QK_K))
         return blocks.reshape(data.shape[0], -1), qtype
+    if weight_type == "IQ4_NL":
+        if data.shape[-1] % 32 != 0:
+            raise ValueError(f"IQ4_NL needs rows of a multiple of 32, got {data.shape}")
+        return _quantize_iq4_nl(data.reshape(-1, 32)).reshape(data.shape[0], -1), qtype
     return quantize(data, qtype), qtype
 
 

@@ -46,9 +46,14 @@ int main(int argc, char **argv) {
     for (int64_t r = 0; r < n_out; r++)
         for (int64_t b = 0; b < n_in / ti->block; b++) {
             uint8_t *p = w + (size_t)r * rb + (size_t)b * ti->bytes;
-            if (type == GT_TYPE_Q6_K) memcpy(p + 208, &h, 2);
-            else memcpy(p, &h, 2);
-            if (type == GT_TYPE_Q4_1 || type == GT_TYPE_Q4_K) memcpy(p + 2, &h, 2);
+            const int at = type == GT_TYPE_Q6_K   ? 208
+                           : type == GT_TYPE_Q3_K ? 108
+                           : type == GT_TYPE_Q2_K ? 80
+                                                  : 0;
+            memcpy(p + at, &h, 2);
+            if (type == GT_TYPE_Q4_1 || type == GT_TYPE_Q5_1 || type == GT_TYPE_Q4_K ||
+                type == GT_TYPE_Q5_K || type == GT_TYPE_Q2_K)
+                memcpy(p + at + 2, &h, 2);
         }
     for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = (float)(rand() % 2001 - 1000) / 1000.0f;
     be->quantize_acts(type, x, n_tok, n_in, xq);

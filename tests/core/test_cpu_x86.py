@@ -39,7 +39,11 @@ from tests.reference_data import reference_json
 
 T = gguf.GGMLQuantizationType
 VARIANTS = ["cpu_x86", "cpu_x86_avx2", "cpu_x86_avx512"]
-TYPES = [T.F32, T.F16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K]
+TYPES = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.Q4_K, T.Q6_K,
+         T.Q5_K, T.Q3_K, T.Q2_K, T.IQ4_XS]
+# byte offsets of the f16 scales of the types gguf cannot quantize (random bytes elsewhere)
+RAW_F16_AT = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,), T.Q3_K: (108,), T.Q2_K: (80, 82),
+              T.IQ4_NL: (0,), T.IQ4_XS: (0,)}
 
 
 def _usable(backend: str) -> bool:
@@ -77,13 +81,11 @@ AVX512_ATTN_RTOL = 1e-4
 def _random_row(qtype: T, n: int, rng: np.random.Generator) -> bytes:
     """n values of qtype: quantized random normals, or random K blocks with small scales."""
     block, nbytes = (int(v) for v in gguf.GGML_QUANT_SIZES[qtype])
-    if qtype in (T.Q4_K, T.Q6_K):
+    if qtype in RAW_F16_AT:
         raw = rng.integers(0, 256, size=(n // block, nbytes), dtype=np.uint8)
-        scales = rng.uniform(1e-3, 2e-2, size=(n // block, 2)).astype(np.float16)
-        if qtype == T.Q4_K:  # d, dmin at bytes 0..3
-            raw[:, 0:4] = scales.view(np.uint8).reshape(-1, 4)
-        else:  # d at byte 208
-            raw[:, 208:210] = scales[:, :1].view(np.uint8).reshape(-1, 2)
+        for at in RAW_F16_AT[qtype]:
+            scales = rng.uniform(1e-3, 2e-2, size=(n // block, 1)).astype(np.float16)
+            raw[:, at : at + 2] = scales.view(np.uint8).reshape(-1, 2)
         return raw.tobytes()
     data = rng.standard_normal(n).astype(np.float32)
     return bytes(gguf.quants.quantize(data, qtype).tobytes())
@@ -174,20 +176,46 @@ FIXTURES = [
     ("gemma3", "Q4_K"),
     ("gemma3", "Q6_K"),
 ]
+# The types of issue 21: the forward pass against cpu_scalar only (the thread-split tests above
+# are about the pool, which these do not change; test_backend_q splits their rows natively).
+NEW_FIXTURES = [
+    ("llama", "Q5_1"),
+    ("llama", "IQ4_NL"),
+    ("llama", "BF16"),
+    ("llama", "Q5_K_M"),  # testing.Q5_K_M_TYPES: Q5_K, Q6_K and Q4_K in one file
+    ("gemma3", "Q5_K"),
+    ("gemma3", "Q3_K"),
+    ("gemma3", "Q2_K"),
+    ("gemma3", "IQ4_XS"),
+]
 
 
 # the fixtures' head dims (testing.default_sizes)
 HEAD_DIM = {"llama": 64, "gemma3": 128}
 
 
+def _build(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    testing = pytest.importorskip("geist.testing")
+    arch, wtype = request.param
+    path = tmp_path_factory.mktemp("x86") / f"{arch}-{wtype}.gguf"
+    if wtype == "Q5_K_M":
+        return Path(testing.build_fixture(path, arch=arch, weight_type="Q5_K",
+                                          type_overrides=testing.Q5_K_M_TYPES))
+    return Path(testing.build_fixture(path, arch=arch, weight_type=wtype))
+
+
 @pytest.fixture(scope="module", params=FIXTURES, ids=lambda p: f"{p[0]}-{p[1]}")
 def fixture_model(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
-    testing = pytest.importorskip("geist.testing")
-    arch, wtype = request.param
-    path = tmp_path_factory.mktemp("x86") / f"{arch}-{wtype}.gguf"
-    yield Path(testing.build_fixture(path, arch=arch, weight_type=wtype))
+    yield _build(request, tmp_path_factory)
+
+
+@pytest.fixture(scope="module", params=NEW_FIXTURES, ids=lambda p: f"{p[0]}-{p[1]}")
+def new_type_model(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    yield _build(request, tmp_path_factory)
 
 
 @pytest.mark.parametrize("backend", VARIANTS)
@@ -197,6 +225,15 @@ def test_fixture_matches_scalar(fixture_model: Path, backend: str) -> None:
     arch, wtype = fixture_model.stem.split("-")
     _check_vs_scalar(fixture_model, backend, prompt, 16, "f16", HEAD_DIM[arch],
                      float_acts=wtype in ("F16", "F32"))
+
+
+@pytest.mark.parametrize("backend", VARIANTS)
+def test_new_type_fixture_matches_scalar(new_type_model: Path, backend: str) -> None:
+    _require(backend)
+    prompt = [int(v) for v in np.random.default_rng(3).integers(1, 300, 40)]
+    arch, wtype = new_type_model.stem.split("-")
+    _check_vs_scalar(new_type_model, backend, prompt, 16, "f16", HEAD_DIM[arch],
+                     float_acts=wtype == "BF16")
 
 
 # Attention and activations, plain (cpu_scalar) against SIMD: SiLU (llama) and GELU (gemma3);

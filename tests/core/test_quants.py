@@ -21,10 +21,17 @@ from geist.kernels import dequantize, vec_dot
 
 T = gguf.GGMLQuantizationType
 
-# Types geist computes with. gguf can quantize the first six; Q4_K and Q6_K only dequantize.
-QUANTIZABLE = [T.F32, T.F16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0]
-RAW_ONLY = [T.Q4_K, T.Q6_K]
+# Types geist computes with. gguf can quantize the first eight; the rest it only dequantizes.
+QUANTIZABLE = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
+RAW_ONLY = [T.Q4_K, T.Q6_K, T.Q5_K, T.Q3_K, T.Q2_K, T.IQ4_NL, T.IQ4_XS]
 SUPPORTED = QUANTIZABLE + RAW_ONLY
+
+# Byte offsets of each raw-only type's f16 scales (d, and dmin where it has one): random bytes
+# there could be inf/NaN, so random_raw_blocks writes finite scales at these offsets.
+F16_AT: dict[T, tuple[int, ...]] = {
+    T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,), T.Q3_K: (108,), T.Q2_K: (80, 82),
+    T.IQ4_NL: (0,), T.IQ4_XS: (0,),
+}  # fmt: skip
 
 
 
@@ -51,13 +58,8 @@ def random_raw_blocks(qtype: T, rng: np.random.Generator, n_blocks: int) -> np.n
     """Random valid blocks for types gguf cannot quantize: random bytes, finite f16 scales."""
     _, nbytes = block_geometry(qtype)
     blocks = rng.integers(0, 256, size=(n_blocks, nbytes), dtype=np.uint8)
-    if qtype == T.Q4_K:  # f16 d at 0, f16 dmin at 2, then scales and nibbles
-        blocks[:, 0:2] = random_f16(rng, n_blocks, 1e-4, 2e-2).view(np.uint8).reshape(-1, 2)
-        blocks[:, 2:4] = random_f16(rng, n_blocks, 1e-4, 2e-2).view(np.uint8).reshape(-1, 2)
-    elif qtype == T.Q6_K:  # ql, qh, int8 scales, then f16 d at 208
-        blocks[:, 208:210] = random_f16(rng, n_blocks, 1e-4, 2e-2).view(np.uint8).reshape(-1, 2)
-    else:
-        raise AssertionError(qtype)
+    for at in F16_AT[qtype]:
+        blocks[:, at : at + 2] = random_f16(rng, n_blocks, 1e-4, 2e-2).view(np.uint8).reshape(-1, 2)
     return blocks.reshape(-1)
 
 
@@ -304,7 +306,7 @@ def test_vec_dot_longer_buffer_reads_only_n_values() -> None:
 
 def test_unsupported_and_unknown_types() -> None:
     raw = np.arange(1, 65, dtype=np.uint8)
-    cases = ((int(T.Q5_1), "Q5_1"), (int(T.IQ2_XS), "IQ2_XS"), (99, "99"), (-1, "-1"))
+    cases = ((int(T.Q8_1), "Q8_1"), (int(T.IQ2_XS), "IQ2_XS"), (99, "99"), (-1, "-1"))
     for type_id, needle in cases:
         with pytest.raises(geist.UnsupportedError, match=needle):
             dequantize(type_id, raw, 32)

@@ -137,7 +137,11 @@ def test_kv_modes_the_device_lacks_are_refused() -> None:
 
 
 @pytest.mark.parametrize(("arch", "weight_type", "match"),
-                         [("gemma3", "Q8_0", r"llama architecture only; this model is gemma3")])
+                         [("llama", "Q5_K", r"tensor .* is Q5_K"),
+                          ("llama", "Q3_K", r"tensor .* is Q3_K"),
+                          ("llama", "IQ4_XS", r"tensor .* is IQ4_XS"),
+                          ("llama", "BF16", r"tensor .* is BF16"),
+                          ("gemma3", "Q8_0", r"llama architecture only; this model is gemma3")])
 def test_unsupported_models_are_refused(arch: str, weight_type: str, match: str) -> None:
     eng = geist.Engine(backend="vulkan")
     with geist.Model.load(testing.fixture_path(arch, weight_type), engine=eng) as m:

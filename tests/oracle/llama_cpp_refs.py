@@ -52,7 +52,7 @@ DEFAULT_FIXTURES = [
     f"{fam}:{t}"
     for fam in ("llama", "llama3", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
     for t in ("F32", "Q8_0", "Q4_K")
-]
+] + [f"llama:{t}" for t in ("Q5_K", "Q3_K", "Q2_K", "Q5_1", "IQ4_NL", "IQ4_XS", "BF16")]
 
 
 def parse_fixture(spec: str) -> tuple[str, str, int]:

@@ -23,6 +23,12 @@ reference with the window removed (test_llama_cpp_attends_past_a_llama_window), 
 window itself is checked against the numpy reference (tests/core/test_architectures.py).
 
 The numpy reference (geist.reference) is held to the same limit on the F32 fixtures.
+
+The weight types of issue 21 (llama: Q5_K, Q3_K, Q2_K, Q5_1, IQ4_NL, IQ4_XS, BF16) measure 1.0e-2
+to 2.7e-2 (Q5_1), top-1 equal everywhere; BF16 9.4e-3 (its limit is 2e-2: llama.cpp rounds the
+activations of BF16 products to BF16, geist does not). qwen2 Q5_K (seed 21) is not committed:
+there llama.cpp rounds one activation the other way from position 14 on (geist equals the numpy
+reference's 8-bit rounding exactly there) and top-1 parts at two positions of margin 0.11-0.13.
 """
 
 from __future__ import annotations
@@ -97,6 +103,10 @@ def test_logits_match_llama_cpp(path: Path, backend: str) -> None:
     sure = margin > 0.1
     agree = np.argmax(got, axis=1) == np.argmax(want, axis=1)
     limit = 1e-3 if doc["weight_type"] in FLOAT_TYPES else 4e-2  # see the module doc
+    if doc["weight_type"] == "BF16":
+        # llama.cpp's CPU BF16 product rounds the activations to BF16 (its vec_dot type for
+        # BF16 weights); geist keeps them float, as for F16: measured 9.4e-3 on llama-BF16
+        limit = 2e-2
     print(f"{path.stem} {backend}: max relative error {rel.max():.2e} over {n} positions, "
           f"top-1 equal at {agree[sure].sum()}/{sure.sum()} positions with margin > 0.1")
     assert sure.sum() >= n // 2

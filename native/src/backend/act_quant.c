@@ -7,9 +7,11 @@
 
 gt_act_format gt_act_format_for(uint32_t weight_type) {
     switch (weight_type) {
-    case GT_TYPE_Q4_0: case GT_TYPE_Q4_1: case GT_TYPE_Q5_0: case GT_TYPE_Q8_0:
+    case GT_TYPE_Q4_0: case GT_TYPE_Q4_1: case GT_TYPE_Q5_0: case GT_TYPE_Q5_1:
+    case GT_TYPE_Q8_0: case GT_TYPE_IQ4_NL:
         return GT_ACTF_Q8_32;
-    case GT_TYPE_Q4_K: case GT_TYPE_Q6_K:
+    case GT_TYPE_Q2_K: case GT_TYPE_Q3_K: case GT_TYPE_Q4_K: case GT_TYPE_Q5_K:
+    case GT_TYPE_Q6_K: case GT_TYPE_IQ4_XS:
         return GT_ACTF_Q8_256;
     default:
         return GT_ACTF_F32;

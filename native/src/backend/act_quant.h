@@ -2,8 +2,9 @@
  *
  * Like llama.cpp (whose outputs are our outside oracle), every backend rounds activations to 8
  * bits before multiplying them with a quantized weight: 32-value blocks with an f16 scale for the
- * 32-blocks types (Q4_0, Q4_1, Q5_0, Q8_0), 256-value blocks with an f32 scale for the K-quants
- * (Q4_K, Q6_K). Float weights (F32, F16) see float activations. geist.reference mirrors this.
+ * 32-blocks types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL), 256-value blocks with an f32 scale for
+ * the K-quants and IQ4_XS (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS). Float weights (F32, F16, BF16)
+ * see float activations. geist.reference mirrors this.
  *
  * Every backend computes the product with quantized weights the same way, bit for bit: the
  * activation row is quantized once per matmul call into the int8 row below, each weight block
@@ -30,7 +31,7 @@ void gt_round_activations(gt_act_format f, const float *x, float *y, int64_t n);
  *   int8 q[n]            the rounded values
  *   float d[n / B]       scale of each block (Q8_32: the f16 scale as float; Q8_256: f32)
  *   int32 s[n / 16]      Q8_256: sum of q over each 16 values (K-quant sub-block offsets)
- *   int32 s[n / 32]      Q8_32: sum of q over each block (Q4_0/Q4_1/Q5_0 offsets and mins)
+ *   int32 s[n / 32]      Q8_32: sum of q over each block (Q4_0/Q5_0 offsets, Q4_1/Q5_1 mins)
  * q[i] * d[i / B] is exactly the value gt_round_activations gives. */
 size_t gt_act_q_row_bytes(gt_act_format f, int64_t n);
 void gt_quantize_act_row(gt_act_format f, const float *x, int64_t n, uint8_t *dst);

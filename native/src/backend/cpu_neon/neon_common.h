@@ -31,6 +31,13 @@ static inline float nq_f16(const uint8_t *p) { return gt_f16_to_f32((uint16_t)(p
 
 static inline int nq_kquant(uint32_t type) { return type == GT_TYPE_Q4_K || type == GT_TYPE_Q6_K; }
 
+/* the types these kernels unpack; the others (Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K, IQ4_XS) take
+ * cpu_scalar's canonical product, which is bit-identical by definition */
+static inline int nq_has(uint32_t type) {
+    return type == GT_TYPE_Q4_0 || type == GT_TYPE_Q4_1 || type == GT_TYPE_Q5_0 ||
+           type == GT_TYPE_Q8_0 || nq_kquant(type);
+}
+
 static inline int nq_block_bytes(uint32_t type) {
     switch (type) {
     case GT_TYPE_Q4_0: return 18;

@@ -1,6 +1,7 @@
 /* cpu_scalar dequantize and dot kernels: the reference every other backend is held to.
  *
- * Supported types: F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K (the `supported` entries of
+ * Supported types: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K,
+ * Q5_K, Q6_K, IQ4_XS (the `supported` entries of
  * util/ggml_types.h). Callers check the type and sizes; these kernels do not (hot path). For a
  * type they do not know they write zeros / return 0 rather than read past anything. */
 #ifndef GEIST_CPU_SCALAR_QUANTS_H
@@ -30,7 +31,7 @@ void gt_scalar_matmul_rows(uint32_t type, const void *w, size_t row_bytes, int64
  * float, runs summed in double). Exposed so attention and other float ops can share it. */
 float gt_scalar_dot_f32(const float *a, const float *b, int64_t n);
 
-/* The product of a quantized row (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K) with an activation row
+/* The product of a quantized row (the 32-block and K types, IQ4_NL, IQ4_XS) with an activation row
  * quantized by gt_quantize_act_row in the format gt_act_format_for(type): the canonical
  * arithmetic every backend reproduces bit for bit (definition in quants.c). 0 for other types. */
 float gt_scalar_dot_q(uint32_t type, const void *row, const void *xq, int64_t n);

@@ -66,6 +66,14 @@ T_AVX2 static void deq_seg(uint32_t type, const uint8_t *row, int64_t k0, int le
             _mm256_storeu_ps(dst + done,
                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * done))));
         for (; done < len; done++) dst[done] = ld_f16(p + 2 * done);
+    } else if (type == GT_TYPE_BF16) { /* the top halves of f32s: exact */
+        const uint8_t *p = row + 2 * k0;
+        for (; done + 8 <= len; done += 8) {
+            const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 2 * done)));
+            _mm256_storeu_ps(dst + done, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+        }
+        if (done < len) gt_scalar_dequantize_row(type, p + 2 * done, dst + done, len - done);
+        done = len;
     } else {
         const gt_type_info *ti = gt_type_get(type);
         if (ti != NULL && ti->block > 0) {
@@ -182,8 +190,14 @@ static inline int q_block_bytes(uint32_t type) {
     case GT_TYPE_Q4_0: return 18;
     case GT_TYPE_Q4_1: return 20;
     case GT_TYPE_Q5_0: return 22;
+    case GT_TYPE_Q5_1: return 24;
     case GT_TYPE_Q8_0: return 34;
+    case GT_TYPE_IQ4_NL: return 18;
+    case GT_TYPE_Q2_K: return 84;
+    case GT_TYPE_Q3_K: return 110;
+    case GT_TYPE_IQ4_XS: return 136;
     case GT_TYPE_Q4_K: return 144;
+    case GT_TYPE_Q5_K: return 176;
     default: return 210; /* Q6_K */
     }
 }

@@ -144,20 +144,8 @@ static geist_status vbuf_make(gt_vk_ctx *c, uint64_t size, bool host, vbuf *b, u
 /* ---- what the device runs ----------------------------------------------------------------- */
 
 static const char *type_name(uint32_t t) {
-    switch (t) {
-    case GT_TYPE_F32: return "F32";
-    case GT_TYPE_F16: return "F16";
-    case GT_TYPE_BF16: return "BF16";
-    case GT_TYPE_Q4_0: return "Q4_0";
-    case GT_TYPE_Q4_1: return "Q4_1";
-    case GT_TYPE_Q5_0: return "Q5_0";
-    case GT_TYPE_Q5_1: return "Q5_1";
-    case GT_TYPE_Q8_0: return "Q8_0";
-    case GT_TYPE_Q4_K: return "Q4_K";
-    case GT_TYPE_Q5_K: return "Q5_K";
-    case GT_TYPE_Q6_K: return "Q6_K";
-    default: return "another type";
-    }
+    const gt_type_info *ti = gt_type_get(t);
+    return ti ? ti->name : "another type";
 }
 
 static bool type_ok(uint32_t t) {
