@@ -342,25 +342,31 @@ static void test_writable(void) {
     gt_mtl_plan_free(&p);
 }
 
-/* The KV buffer's layout (F32/F16 rows of session/kv.c): sizes, refusals, overflow. */
+/* The KV buffer's layout (F32/F16/INT8 rows of session/kv.c): sizes, refusals, overflow. */
 static void test_kv(void) {
     gt_err err = {0};
     gt_mtl_kv_layout k;
     /* SmolLM2-135M: 30 layers, 3 KV heads of 64, cap 256, F16 (docs/MEMORY.md: 5,898,240) */
-    CHECK(gt_mtl_kv_plan(GEIST_KV_F16, 256, 30, 3 * 64, 3 * 64, 1 * GiB, &k, &err) == GEIST_OK);
-    CHECK(k.elem == 2 && k.k_bytes == 256 * 192 * 2 && k.layer_bytes == 2 * k.k_bytes &&
-          k.total == 30 * k.layer_bytes && k.total == 5898240);
-    CHECK(gt_mtl_kv_plan(GEIST_KV_F32, 7, 2, 3, 5, 1 * GiB, &k, &err) == GEIST_OK &&
+    CHECK(gt_mtl_kv_plan(GEIST_KV_F16, 256, 30, 3, 64, 64, 1 * GiB, &k, &err) == GEIST_OK);
+    CHECK(k.mode == GEIST_KV_F16 && k.k_row == 192 * 2 && k.k_bytes == 256 * 192 * 2 &&
+          k.layer_bytes == 2 * k.k_bytes && k.total == 30 * k.layer_bytes && k.total == 5898240);
+    CHECK(gt_mtl_kv_plan(GEIST_KV_F32, 7, 2, 1, 3, 5, 1 * GiB, &k, &err) == GEIST_OK &&
           k.k_bytes == 84 && k.layer_bytes == 84 + 140 && k.total == 448);
-    CHECK(gt_mtl_kv_plan(GEIST_KV_INT8, 256, 30, 192, 192, 1 * GiB, &k, &err) ==
-              GEIST_ERR_UNSUPPORTED && strstr(err.msg, "supported: 0 = F32, 1 = F16"));
-    CHECK(gt_mtl_kv_plan(GEIST_KV_F16, 0, 30, 192, 192, 1 * GiB, &k, &err) ==
+    /* INT8: per position and KV head an f32 scale + 64 codes (session/kv.c's rows) */
+    CHECK(gt_mtl_kv_plan(GEIST_KV_INT8, 256, 30, 3, 64, 64, 1 * GiB, &k, &err) == GEIST_OK);
+    CHECK(k.mode == GEIST_KV_INT8 && k.k_row == 3 * 68 && k.v_row == 3 * 68 &&
+          k.k_bytes == 256 * 204 && k.total == 30ull * 2 * 256 * 204);
+    CHECK(gt_mtl_kv_plan(GEIST_KV_INT8, 256, 30, 3, 62, 64, 1 * GiB, &k, &err) ==
+              GEIST_ERR_UNSUPPORTED && strstr(err.msg, "supported: 0 = F32, 1 = F16, 2 = INT8"));
+    CHECK(gt_mtl_kv_plan(GEIST_KV_INT4, 256, 30, 3, 64, 64, 1 * GiB, &k, &err) ==
+              GEIST_ERR_UNSUPPORTED && strstr(err.msg, "supported: 0 = F32, 1 = F16, 2 = INT8"));
+    CHECK(gt_mtl_kv_plan(GEIST_KV_F16, 0, 30, 3, 64, 64, 1 * GiB, &k, &err) ==
           GEIST_ERR_INVALID_ARGUMENT);
-    CHECK(gt_mtl_kv_plan(GEIST_KV_F16, 256, -1, 192, 192, 1 * GiB, &k, &err) ==
+    CHECK(gt_mtl_kv_plan(GEIST_KV_F16, 256, -1, 3, 64, 64, 1 * GiB, &k, &err) ==
           GEIST_ERR_INVALID_ARGUMENT);
-    CHECK(gt_mtl_kv_plan(GEIST_KV_F32, INT32_MAX, INT32_MAX, UINT64_MAX / 2, 1, UINT64_MAX, &k,
+    CHECK(gt_mtl_kv_plan(GEIST_KV_F32, INT32_MAX, INT32_MAX, 1, UINT64_MAX / 2, 1, UINT64_MAX, &k,
                          &err) == GEIST_ERR_INVALID_ARGUMENT && strstr(err.msg, "overflows"));
-    CHECK(gt_mtl_kv_plan(GEIST_KV_F16, 32768, 30, 192, 192, 256 * MiB, &k, &err) ==
+    CHECK(gt_mtl_kv_plan(GEIST_KV_F16, 32768, 30, 3, 64, 64, 256 * MiB, &k, &err) ==
               GEIST_ERR_UNSUPPORTED && strstr(err.msg, "maxBufferLength") && k.total == 0);
 }
 

@@ -4,8 +4,9 @@
  * at 256-aligned offsets with the remainder in w_off, each session's KV bound at the layer's
  * offset, push constants as the GLSL blocks lay them out, group counts split past 65535, the
  * logits gathered only for the rows that want them; the host inputs (rotary cos/sin against a
- * double-precision reference); the model refusals (the vulkan backend's); weight references of
- * a real fixture file's plan (tests/fuzz/corpus/gguf/llama_q8.gguf, or argv[1]). */
+ * double-precision reference); mixed weight types (each product's 8-bit activation format, made
+ * when needed, as vulkan's) and an INT8 KV; the model refusals (the vulkan backend's); weight
+ * references of a real fixture file's plan (tests/fuzz/corpus/gguf/llama_q8.gguf, or argv[1]). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,8 +103,10 @@ static void test_plan(void) {
             CHECK(fabs(fval(inb[rope_at + 16 * t + i]) - cos(th)) < 1e-6);
             CHECK(fabs(fval(inb[rope_at + 16 * t + 8 + i]) - sin(th)) < 1e-6);
         }
-    const gt_mtl_kv_layout la = {2, 64 * 32 * 2, 2 * 64 * 32 * 2, 3 * 2 * 64 * 32 * 2};
-    const gt_mtl_kv_layout lb = {4, 128 * 32 * 4, 2 * 128 * 32 * 4, 3 * 2 * 128 * 32 * 4};
+    const gt_mtl_kv_layout la = {GEIST_KV_F16, 32 * 2, 32 * 2, 64 * 32 * 2, 2 * 64 * 32 * 2,
+                                 3 * 2 * 64 * 32 * 2};
+    const gt_mtl_kv_layout lb = {GEIST_KV_F32, 32 * 4, 32 * 4, 128 * 32 * 4, 2 * 128 * 32 * 4,
+                                 3 * 2 * 128 * 32 * 4};
     const gt_mtl_group groups[2] = {{0, 3, 1, la.layer_bytes, la.k_bytes},
                                     {3, 2, 0, lb.layer_bytes, lb.k_bytes}};
     const gt_mtl_step_in in = {&c, &tok, &out, lw, groups, 2, 5, n_lg, gather_at, rope_at, 64};
@@ -147,8 +150,11 @@ static void test_plan(void) {
             CHECK(ks->bind[6].kind == GT_MTL_BUF_KV && ks->bind[6].index == (uint32_t)g);
             CHECK(ks->bind[6].offset == (uint64_t)il * groups[g].layer_bytes);
             CHECK(ks->pc[0] == (uint32_t)groups[g].r0 && ks->pc[1] == (uint32_t)groups[g].n &&
-                  ks->pc[4] == 0 && ks->pc[5] == groups[g].k_bytes / 4 && ks->pc[6] == groups[g].f16);
+                  ks->pc[4] == 0 && ks->pc[5] == groups[g].k_bytes / 4 && ks->pc[6] == groups[g].mode &&
+                  ks->pc[7] == 2 && ks->pc[8] == 16 && ks->pc[9] == 16 &&
+                  ks->groups_x == ((uint32_t)groups[g].n * (32 + 32) / 2 + 63) / 64);
             CHECK(at->bind[6].offset == ks->bind[6].offset && at->pc[6] == ks->pc[5] &&
+                  at->pc[7] == groups[g].mode &&
                   at->pc[8] == 64 && fval(at->pc[9]) == 0.25f &&
                   at->groups_x == (uint32_t)groups[g].n * 6);
         }
@@ -159,7 +165,7 @@ static void test_plan(void) {
     const gt_mtl_dispatch *fn = &ds[58], *fo = &ds[60];
     CHECK(fn->kernel == GT_MTL_K_RMSNORM && fn->groups_x == 3 && fn->pc[2] == 1 &&
           fn->pc[3] == gather_at && fn->pc[1] == 2u * 3 * 96);
-    CHECK(ds[59].kernel == GT_MTL_K_QUANT && ds[59].pc[1] == 3 * 96 / 32);
+    CHECK(ds[59].kernel == GT_MTL_K_QUANT && ds[59].pc[1] == 3 * 96 / 32 && ds[59].pc[2] == 0);
     CHECK(fo->kernel == GT_MTL_K_MATVEC && fo->pc[5] == 3 && fo->bind[3].index == GT_MTL_S_LG);
     CHECK(fo->groups_x == 65535 && fo->groups_y == 2); /* 70001 rows */
     /* every dispatch binds exactly what its kernel declares, at 256-aligned offsets, with the
@@ -196,6 +202,76 @@ static void test_plan(void) {
           sb[GT_MTL_S_IN] == (64 * 5 + 64 * 16) * 4 && sb[GT_MTL_S_NORMS] == 7 * 96 * 4);
 }
 
+/* Mixed weight types, as vk_forward.c records them: each quantized product's 8-bit activations
+ * made when the scratch does not hold its source in its format (fmt 0: blocks of 32 for
+ * Q8_0/Q4_0/Q4_1/Q5_0; fmt 1: blocks of 256 for Q4_K/Q6_K), float products in between leaving
+ * them; one session with an INT8 KV (one kvstore invocation per row, K or V, and KV head). */
+static void test_mixed_types_and_int8(void) {
+    gt_config c = toy_config();
+    c.n_layer = 1;
+    c.d_model = 256;
+    c.n_ff = 512;
+    c.n_vocab = 300;
+    const uint32_t d = 256, ff = 512, qd = 96, kd = 32;
+    const gt_mtl_wref tok = {0, 0, GT_TYPE_Q6_K, d, 300, d / 256 * 210};
+    const gt_mtl_wref out = {0, 1 << 20, GT_TYPE_Q6_K, d, 300, d / 256 * 210};
+    gt_mtl_wref lw[GT_MTL_W_PER_LAYER] = {
+        [GT_MTL_W_Q] = {0, 2 << 20, GT_TYPE_Q4_K, d, qd, d / 256 * 144},
+        [GT_MTL_W_K] = {0, 3 << 20, GT_TYPE_Q8_0, d, kd, d / 32 * 34},
+        [GT_MTL_W_V] = {0, 4 << 20, GT_TYPE_Q6_K, d, kd, d / 256 * 210},
+        [GT_MTL_W_O] = {0, 5 << 20, GT_TYPE_Q5_0, qd, d, qd / 32 * 22},
+        [GT_MTL_W_GATE] = {0, 6 << 20, GT_TYPE_Q6_K, d, ff, d / 256 * 210},
+        [GT_MTL_W_UP] = {0, 7 << 20, GT_TYPE_Q4_K, d, ff, d / 256 * 144},
+        [GT_MTL_W_DOWN] = {0, 8 << 20, GT_TYPE_F16, ff, d, ff * 2}};
+    const gt_mtl_row rows[3] = {{1, 0, false}, {2, 1, false}, {3, 2, true}};
+    float inv_freq[8];
+    for (int i = 0; i < 8; i++) inv_freq[i] = powf(10000.0f, -(float)(2 * i) / 16.0f);
+    uint32_t inb[3 * 5 + 3 * 16];
+    uint32_t gather_at = 0, rope_at = 0;
+    const int32_t n_lg = gt_mtl_step_inputs(&c, inv_freq, rows, 3, inb, &gather_at, &rope_at);
+    gt_mtl_kv_layout lay;
+    gt_err err = {0};
+    CHECK(gt_mtl_kv_plan(GEIST_KV_INT8, 40, 1, 2, 16, 16, UINT64_MAX, &lay, &err) == GEIST_OK);
+    CHECK(lay.mode == GEIST_KV_INT8 && lay.k_row == 2 * (4 + 16) && lay.k_bytes == 40 * 40);
+    const gt_mtl_group g = {0, 3, lay.mode, lay.layer_bytes, lay.k_bytes};
+    const gt_mtl_step_in in = {&c, &tok, &out, lw, &g, 1, 3, n_lg, gather_at, rope_at, 40};
+    const size_t cap = gt_mtl_step_max_dispatches(1, 1);
+    gt_mtl_dispatch *ds = calloc(cap, sizeof *ds);
+    const size_t n = gt_mtl_step_plan(&in, ds, cap, &err);
+    /* embed; norm, quant 1, q, quant 0, k, quant 1, v, rope, kvstore, attn, quant 0, o, norm,
+     * quant 1, gate, up (the same format: no quant), act, down (F16: none); norm, quant 1, out */
+    static const gt_mtl_kernel seq[22] = {
+        GT_MTL_K_EMBED, GT_MTL_K_RMSNORM, GT_MTL_K_QUANT, GT_MTL_K_MATVEC, GT_MTL_K_QUANT,
+        GT_MTL_K_MATVEC, GT_MTL_K_QUANT, GT_MTL_K_MATVEC, GT_MTL_K_ROPE, GT_MTL_K_KVSTORE,
+        GT_MTL_K_ATTN, GT_MTL_K_QUANT, GT_MTL_K_MATVEC, GT_MTL_K_RMSNORM, GT_MTL_K_QUANT,
+        GT_MTL_K_MATVEC, GT_MTL_K_MATVEC, GT_MTL_K_ACT, GT_MTL_K_MATVEC, GT_MTL_K_RMSNORM,
+        GT_MTL_K_QUANT, GT_MTL_K_MATVEC};
+    CHECK(n == 22 && n <= cap);
+    for (size_t i = 0; i < n && n == 22; i++) {
+        CHECK(ds[i].kernel == (uint32_t)seq[i]);
+        CHECK(mask_of(&ds[i]) == gt_mtl_kernels[ds[i].kernel].bindings);
+        CHECK(ds[i].pc_bytes == gt_mtl_kernels[ds[i].kernel].pc_bytes);
+    }
+    if (n == 22) {
+        /* quant: n_in, blocks (3 rows), fmt; the source it reads */
+        CHECK(ds[2].pc[0] == d && ds[2].pc[1] == 3 * d / 256 && ds[2].pc[2] == 1 &&
+              ds[2].bind[2].index == GT_MTL_S_XN);
+        CHECK(ds[4].pc[1] == 3 * d / 32 && ds[4].pc[2] == 0 && ds[4].groups_x == 1);
+        CHECK(ds[6].pc[2] == 1 && ds[7].pc[1] == GT_TYPE_Q6_K);
+        CHECK(ds[11].pc[0] == qd && ds[11].pc[1] == 3 * qd / 32 && ds[11].pc[2] == 0 &&
+              ds[11].bind[2].index == GT_MTL_S_ATT && ds[12].pc[1] == GT_TYPE_Q5_0);
+        CHECK(ds[14].pc[2] == 1 && ds[16].pc[1] == GT_TYPE_Q4_K && ds[18].pc[1] == GT_TYPE_F16);
+        CHECK(ds[20].pc[1] == 1 && ds[20].pc[2] == 1 && ds[21].groups_x == 300);
+        /* INT8 KV: 3 rows x (K, V) x 2 KV heads = 12 invocations; mode 2; head dims */
+        const gt_mtl_dispatch *ks = &ds[9], *at = &ds[10];
+        CHECK(ks->groups_x == 1 && ks->pc[5] == lay.k_bytes / 4 && ks->pc[6] == GEIST_KV_INT8 &&
+              ks->pc[7] == 2 && ks->pc[8] == 16 && ks->pc[9] == 16);
+        CHECK(at->pc[6] == lay.k_bytes / 4 && at->pc[7] == GEIST_KV_INT8 && at->pc[8] == 40 &&
+              at->groups_x == 3 * 6);
+    }
+    free(ds);
+}
+
 static void test_refusals(void) {
     geist_model m;
     memset(&m, 0, sizeof m);
@@ -214,10 +290,24 @@ static void test_refusals(void) {
     char why[256];
     gt_mtl_check_model(&m, why, sizeof why);
     CHECK(why[0] == '\0');
-    layers[1].w_down.type = GT_TYPE_Q4_K;
+    layers[1].w_down.type = GT_TYPE_Q4_K; /* the K-quants vulkan runs: accepted */
+    layers[2].wq.type = GT_TYPE_Q6_K;
+    layers[0].wk.type = GT_TYPE_Q5_0;
     gt_mtl_check_model(&m, why, sizeof why);
-    CHECK(strstr(why, "metal: tensor blk.1.ffn_down is Q4_K") && strstr(why, "Q4_1"));
+    CHECK(why[0] == '\0');
+    layers[1].w_down.type = GT_TYPE_Q5_1;
+    gt_mtl_check_model(&m, why, sizeof why);
+    CHECK(strstr(why, "metal: tensor blk.1.ffn_down is Q5_1") && strstr(why, "Q4_K and Q6_K"));
     layers[1].w_down.type = GT_TYPE_Q4_1;
+    m.cfg.final_softcap = 30.0f;
+    gt_mtl_check_model(&m, why, sizeof why);
+    CHECK(strstr(why, "metal: logit soft-capping"));
+    m.cfg.final_softcap = 0.0f;
+    static const float bias[16];
+    layers[2].bk.data = bias;
+    gt_mtl_check_model(&m, why, sizeof why);
+    CHECK(strstr(why, "metal: attention biases (blk.2)"));
+    layers[2].bk.data = NULL;
     layers[2].wq.n_out = 1 << 20;
     layers[2].wq.row_bytes = 1 << 13; /* 8 GiB */
     gt_mtl_check_model(&m, why, sizeof why);
@@ -289,6 +379,7 @@ static void test_wrefs(const char *path) {
 
 int main(int argc, char **argv) {
     test_plan();
+    test_mixed_types_and_int8();
     test_refusals();
     test_wrefs(argc > 1 ? argv[1] : "tests/fuzz/corpus/gguf/llama_q8.gguf");
     printf("test_metal_step: %s\n", fails ? "FAILED" : "ok");

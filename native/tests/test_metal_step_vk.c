@@ -7,11 +7,12 @@
  * metal.m's Objective-C, Metal's argument buffers or the MSL compiler.
  *
  * Run by tests/core/test_metal_step_vk.py (which pins lavapipe and compares the logits):
- *   test_metal_step_vk MODEL.gguf OUT.f32 MAX_BUFFER
+ *   test_metal_step_vk MODEL.gguf OUT.f32 MAX_BUFFER [KV_A KV_B]
  * plans MODEL's weights as metal.m does (page 4096, maxBufferLength MAX_BUFFER), copies each
- * view into its own Vulkan buffer, and runs two passes: session A (F16 KV) prefills PROMPT_A with
- * every row's logits; then one pass of A's next token (pos 8) with session B (F32 KV) prefilling
- * PROMPT_B, only B's last row wanting logits. OUT gets the 10 logit rows. Without arguments (the
+ * view into its own Vulkan buffer, and runs two passes: session A (KV mode KV_A, a geist_kv_mode
+ * number, default 1 = F16) prefills PROMPT_A with every row's logits; then one pass of A's next
+ * token (pos 8) with session B (KV_B, default 0 = F32) prefilling PROMPT_B, only B's last row
+ * wanting logits. OUT gets the 10 logit rows. Without arguments (the
  * suite's plain run of every test binary) it says so and exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,7 +155,7 @@ static int run_pass(runner *r, const gt_mtl_row *rows, const int32_t *session, i
         if (t == 0 || session[t] != session[t - 1]) {
             kvs *k = kv[session[t]];
             gkv[n_groups] = k;
-            groups[n_groups++] = (gt_mtl_group){t, 0, k->lay.elem == 2, k->lay.layer_bytes,
+            groups[n_groups++] = (gt_mtl_group){t, 0, k->lay.mode, k->lay.layer_bytes,
                                                 k->lay.k_bytes};
         }
         groups[n_groups - 1].n++;
@@ -226,7 +227,8 @@ static int run_pass(runner *r, const gt_mtl_row *rows, const int32_t *session, i
     return 0;
 }
 
-static int run(const char *path, const char *out_path, uint64_t max_buffer) {
+static int run(const char *path, const char *out_path, uint64_t max_buffer, int32_t mode_a,
+               int32_t mode_b) {
     geist_engine_options eo;
     geist_engine_options_default(&eo);
     eo.backend = "cpu_scalar";
@@ -284,11 +286,12 @@ static int run(const char *path, const char *out_path, uint64_t max_buffer) {
     r.ds = calloc(r.max_ds, sizeof *r.ds);
     if (make_pipelines(&r)) return fail("pipelines");
     kvs ka, kb;
-    const uint64_t kd = (uint64_t)cf->n_head_kv * (uint64_t)cf->head_dim_k;
-    const uint64_t vd = (uint64_t)cf->n_head_kv * (uint64_t)cf->head_dim_v;
-    if (gt_mtl_kv_plan(GEIST_KV_F16, MAX_SEQ, cf->n_layer, kd, vd, UINT64_MAX, &ka.lay, &err) ||
-        gt_mtl_kv_plan(GEIST_KV_F32, MAX_SEQ, cf->n_layer, kd, vd, UINT64_MAX, &kb.lay, &err) ||
-        hbuf_make(c, ka.lay.total, &ka.b) || hbuf_make(c, kb.lay.total, &kb.b))
+    const uint64_t nkv = (uint64_t)cf->n_head_kv, hk = (uint64_t)cf->head_dim_k;
+    const uint64_t hv = (uint64_t)cf->head_dim_v;
+    if (gt_mtl_kv_plan(mode_a, MAX_SEQ, cf->n_layer, nkv, hk, hv, UINT64_MAX, &ka.lay, &err) ||
+        gt_mtl_kv_plan(mode_b, MAX_SEQ, cf->n_layer, nkv, hk, hv, UINT64_MAX, &kb.lay, &err))
+        return fail(err.msg);
+    if (hbuf_make(c, ka.lay.total, &ka.b) || hbuf_make(c, kb.lay.total, &kb.b))
         return fail("kv");
     kvs *const kv[2] = {&ka, &kb};
     FILE *out = fopen(out_path, "wb");
@@ -337,7 +340,9 @@ int main(int argc, char **argv) {
                "lavapipe and compares the logits with cpu_scalar's)\n");
         return 0;
     }
-    return run(argv[1], argv[2], strtoull(argv[3], NULL, 10));
+    const int32_t mode_a = argc > 4 ? (int32_t)strtol(argv[4], NULL, 10) : GEIST_KV_F16;
+    const int32_t mode_b = argc > 5 ? (int32_t)strtol(argv[5], NULL, 10) : GEIST_KV_F32;
+    return run(argv[1], argv[2], strtoull(argv[3], NULL, 10), mode_a, mode_b);
 }
 #else
 int main(void) {

@@ -19,10 +19,11 @@
  *     the planner copies (writable bytes without permission to alias: GEIST_DEVICE_NO_IMPORT), and
  *     everything when Metal refuses a NoCopy view, goes into shared-storage buffers, counted;
  *     models the vulkan backend refuses (step.c's gt_mtl_check_model: not llama, QK norm,
- *     post-norms, GELU, an embedding scale, sliding windows, other weight types) load, and their
+ *     post-norms, GELU, an embedding scale, logit soft-capping, attention biases, sliding
+ *     windows, weight types other than F32/F16/Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K) load, and their
  *     sessions are refused with the same reasons;
- *   sessions: the KV (F32 or F16) in one shared-storage buffer per session (planner.h's layout),
- *     read and written in place by kv_read / kv_write;
+ *   sessions: the KV (F32, F16 or INT8 in session/kv.c's rows) in one shared-storage buffer per
+ *     session (planner.h's layout), read and written in place by kv_read / kv_write;
  *   forward: vulkan's step (vk_forward.c): passes of up to 64 rows of one or more sessions, each
  *     one MTLCommandBuffer with one serial compute encoder; per dispatch of step.c's plan the
  *     kernel's pipeline, its argument buffer (descriptor set 0 at [[buffer(0)]], encoded by an
@@ -102,7 +103,6 @@ struct gt_dev_kv {
     const void *buf; /* id<MTLBuffer>, shared storage */
     gt_mtl_kv_layout lay;
     int32_t max_seq, n_layer;
-    uint64_t kd, vd;
 };
 
 static bool mtl_available(void) { return true; } /* the device is probed per engine */
@@ -537,22 +537,23 @@ static geist_status mtl_kv_alloc(void *dm, const gt_dev_kv_desc *d, gt_dev_kv **
     @autoreleasepool {
         gt_mtl_model *mm = dm;
         if (!mm->fwd) return gt_fail(err, GEIST_ERR_UNSUPPORTED, "%s", mm->refuse);
-        if (d->kv_mode != GEIST_KV_F32 && d->kv_mode != GEIST_KV_F16)
+        const gt_config *cfg = &mm->model->cfg;
+        if (d->kv_mode != GEIST_KV_F32 && d->kv_mode != GEIST_KV_F16 &&
+            (d->kv_mode != GEIST_KV_INT8 || cfg->head_dim_k % 4 || cfg->head_dim_v % 4))
             return gt_fail(err, GEIST_ERR_UNSUPPORTED,
                            "metal: KV mode %d is not supported on the device (supported: 0 = "
-                           "F32, 1 = F16)", (int)d->kv_mode);
+                           "F32, 1 = F16, 2 = INT8)", (int)d->kv_mode);
         for (int32_t il = 0; il < d->n_layer; il++)
             if (d->rows[il] != d->max_seq_len)
                 return gt_fail(err, GEIST_ERR_UNSUPPORTED,
                                "metal: sessions on a shared prefix are not supported on the "
                                "device yet (create the session without the prefix, or use a CPU "
                                "backend)");
-        const gt_config *cfg = &mm->model->cfg;
         gt_mtl_kv_layout lay;
-        const uint64_t kd = (uint64_t)cfg->n_head_kv * (uint64_t)cfg->head_dim_k;
-        const uint64_t vd = (uint64_t)cfg->n_head_kv * (uint64_t)cfg->head_dim_v;
-        geist_status st = gt_mtl_kv_plan(d->kv_mode, d->max_seq_len, d->n_layer, kd, vd,
-                                         mm->ctx->probe.max_buffer, &lay, err);
+        geist_status st = gt_mtl_kv_plan(d->kv_mode, d->max_seq_len, d->n_layer,
+                                         (uint64_t)cfg->n_head_kv, (uint64_t)cfg->head_dim_k,
+                                         (uint64_t)cfg->head_dim_v, mm->ctx->probe.max_buffer,
+                                         &lay, err);
         if (st) return st;
         if (lay.layer_bytes / 4 > UINT32_MAX)
             return gt_fail(err, GEIST_ERR_UNSUPPORTED,
@@ -579,8 +580,6 @@ static geist_status mtl_kv_alloc(void *dm, const gt_dev_kv_desc *d, gt_dev_kv **
         kv->lay = lay;
         kv->max_seq = d->max_seq_len;
         kv->n_layer = d->n_layer;
-        kv->kd = kd;
-        kv->vd = vd;
         *out = kv;
         return GEIST_OK;
     }
@@ -599,9 +598,9 @@ static geist_status kv_io(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n,
         return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "metal: KV rows out of range");
     id<MTLBuffer> b = obj(kv->buf);
     uint8_t *base = (uint8_t *)b.contents + (size_t)layer * kv->lay.layer_bytes;
-    uint8_t *dk = base + (size_t)row0 * kv->kd * kv->lay.elem;
-    uint8_t *dv = base + kv->lay.k_bytes + (size_t)row0 * kv->vd * kv->lay.elem;
-    const size_t nk = (size_t)n * kv->kd * kv->lay.elem, nv = (size_t)n * kv->vd * kv->lay.elem;
+    uint8_t *dk = base + (size_t)row0 * kv->lay.k_row;
+    uint8_t *dv = base + kv->lay.k_bytes + (size_t)row0 * kv->lay.v_row;
+    const size_t nk = (size_t)n * kv->lay.k_row, nv = (size_t)n * kv->lay.v_row;
     pthread_mutex_lock(&kv->mm->lock);
     if (write) {
         memcpy(dk, k, nk);
@@ -658,7 +657,7 @@ static geist_status run_pass(gt_mtl_model *mm, const gt_dev_row *rows, int32_t n
         if (rows[t].pos + 1 > max_ctx) max_ctx = rows[t].pos + 1;
         if (t == 0 || kv != rows[t - 1].kv) {
             kvs[n_groups] = kv;
-            groups[n_groups++] = (gt_mtl_group){t, 0, kv->lay.elem == 2, kv->lay.layer_bytes,
+            groups[n_groups++] = (gt_mtl_group){t, 0, kv->lay.mode, kv->lay.layer_bytes,
                                                 kv->lay.k_bytes};
         }
         groups[n_groups - 1].n++;

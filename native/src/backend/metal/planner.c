@@ -226,21 +226,29 @@ geist_status gt_mtl_plan_make(const gt_mtl_plan_in *in, gt_mtl_plan *out, gt_err
     return GEIST_OK;
 }
 
-geist_status gt_mtl_kv_plan(int32_t kv_mode, int32_t max_seq, int32_t n_layer, uint64_t kd,
-                            uint64_t vd, uint64_t max_buffer, gt_mtl_kv_layout *out, gt_err *err) {
+geist_status gt_mtl_kv_plan(int32_t kv_mode, int32_t max_seq, int32_t n_layer, uint64_t n_head_kv,
+                            uint64_t head_dim_k, uint64_t head_dim_v, uint64_t max_buffer,
+                            gt_mtl_kv_layout *out, gt_err *err) {
     memset(out, 0, sizeof *out);
-    if (kv_mode != GEIST_KV_F32 && kv_mode != GEIST_KV_F16)
+    if (kv_mode != GEIST_KV_F32 && kv_mode != GEIST_KV_F16 &&
+        (kv_mode != GEIST_KV_INT8 || head_dim_k % 4 || head_dim_v % 4))
         return gt_fail(err, GEIST_ERR_UNSUPPORTED,
                        "metal: KV mode %d is not supported on the device (supported: 0 = F32, "
-                       "1 = F16)", (int)kv_mode);
-    if (max_seq <= 0 || n_layer <= 0 || kd == 0 || vd == 0)
+                       "1 = F16, 2 = INT8)", (int)kv_mode);
+    if (max_seq <= 0 || n_layer <= 0 || n_head_kv == 0 || head_dim_k == 0 || head_dim_v == 0)
         return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
-                       "metal: KV of %d positions, %d layers, %llu/%llu values per position",
-                       (int)max_seq, (int)n_layer, (unsigned long long)kd, (unsigned long long)vd);
+                       "metal: KV of %d positions, %d layers, %llu KV heads of %llu/%llu values",
+                       (int)max_seq, (int)n_layer, (unsigned long long)n_head_kv,
+                       (unsigned long long)head_dim_k, (unsigned long long)head_dim_v);
+    /* bytes per position: values of 4 or 2 bytes, or per KV head an f32 scale + int8 codes */
     const uint64_t elem = kv_mode == GEIST_KV_F16 ? 2 : 4;
-    uint64_t kb = 0, vb = 0, lb = 0, total = 0;
-    if (!gt_mul_u64((uint64_t)max_seq, kd, &kb) || !gt_mul_u64(kb, elem, &kb) ||
-        !gt_mul_u64((uint64_t)max_seq, vd, &vb) || !gt_mul_u64(vb, elem, &vb) ||
+    const uint64_t hdr = kv_mode == GEIST_KV_INT8 ? 4 : 0;
+    const uint64_t per = kv_mode == GEIST_KV_INT8 ? 1 : elem;
+    uint64_t kr = 0, vr = 0, kb = 0, vb = 0, lb = 0, total = 0;
+    if (!gt_mul_u64(head_dim_k, per, &kr) || !gt_add_u64(kr, hdr, &kr) ||
+        !gt_mul_u64(kr, n_head_kv, &kr) || !gt_mul_u64(head_dim_v, per, &vr) ||
+        !gt_add_u64(vr, hdr, &vr) || !gt_mul_u64(vr, n_head_kv, &vr) ||
+        !gt_mul_u64((uint64_t)max_seq, kr, &kb) || !gt_mul_u64((uint64_t)max_seq, vr, &vb) ||
         !gt_add_u64(kb, vb, &lb) || !gt_mul_u64(lb, (uint64_t)n_layer, &total))
         return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "metal: the KV size overflows");
     if (total > max_buffer)
@@ -248,7 +256,7 @@ geist_status gt_mtl_kv_plan(int32_t kv_mode, int32_t max_seq, int32_t n_layer, u
                        "metal: the KV of %d positions needs %llu bytes, more than the device's "
                        "maxBufferLength (%llu bytes): lower max_seq_len",
                        (int)max_seq, (unsigned long long)total, (unsigned long long)max_buffer);
-    *out = (gt_mtl_kv_layout){(uint32_t)elem, kb, lb, total};
+    *out = (gt_mtl_kv_layout){(uint32_t)kv_mode, kr, vr, kb, lb, total};
     return GEIST_OK;
 }
 

@@ -103,20 +103,23 @@ struct gguf_file;
 geist_status gt_mtl_plan_gguf(const struct gguf_file *g, uint64_t page, uint64_t max_buffer,
                               bool writable, bool allow_alias, gt_mtl_plan *out, gt_err *err);
 
-/* A session's KV in one Metal buffer, in session/kv.c's row format for F32 and F16 (the modes the
- * device kernels read): per layer the K rows of max_seq positions (kd values each), then the V
- * rows (vd values each). */
+/* A session's KV in one Metal buffer, in session/kv.c's row format for the modes the device
+ * kernels read (F32, F16 values; INT8: per KV head an f32 scale then head_dim int8 codes, the
+ * vulkan backend's): per layer the K rows of max_seq positions, then the V rows. */
 typedef struct gt_mtl_kv_layout {
-    uint32_t elem;        /* bytes per value: 4 (F32) or 2 (F16) */
+    uint32_t mode;        /* GEIST_KV_F32, GEIST_KV_F16 or GEIST_KV_INT8 (kvstore/attn's mode) */
+    uint64_t k_row;       /* bytes per position of K */
+    uint64_t v_row;       /* bytes per position of V */
     uint64_t k_bytes;     /* a layer's K part */
     uint64_t layer_bytes; /* a layer: K then V */
     uint64_t total;       /* n_layer layers */
 } gt_mtl_kv_layout;
 
-/* Fails with GEIST_ERR_UNSUPPORTED naming the supported modes for another mode, or when the KV
- * would exceed maxBufferLength; GEIST_ERR_INVALID_ARGUMENT for counts <= 0 or sizes that
- * overflow. */
-geist_status gt_mtl_kv_plan(int32_t kv_mode, int32_t max_seq, int32_t n_layer, uint64_t kd,
-                            uint64_t vd, uint64_t max_buffer, gt_mtl_kv_layout *out, gt_err *err);
+/* Fails with GEIST_ERR_UNSUPPORTED naming the supported modes for another mode (INT8 also needs
+ * head dims that are multiples of 4, as on vulkan), or when the KV would exceed maxBufferLength;
+ * GEIST_ERR_INVALID_ARGUMENT for counts <= 0 or sizes that overflow. */
+geist_status gt_mtl_kv_plan(int32_t kv_mode, int32_t max_seq, int32_t n_layer, uint64_t n_head_kv,
+                            uint64_t head_dim_k, uint64_t head_dim_v, uint64_t max_buffer,
+                            gt_mtl_kv_layout *out, gt_err *err);
 
 #endif

@@ -14,11 +14,11 @@
 /* bindings and push-constant blocks as the shaders' GLSL declares them (vulkan/shaders) */
 const gt_mtl_kernel_info gt_mtl_kernels[GT_MTL_K_COUNT] = {
     [GT_MTL_K_EMBED] = {"embed", B(0) | B(1) | B(3), 5 * 4, 64},
-    [GT_MTL_K_QUANT] = {"quant", B(2) | B(4) | B(5), 2 * 4, 64},
+    [GT_MTL_K_QUANT] = {"quant", B(2) | B(4) | B(5), 3 * 4, 64},
     [GT_MTL_K_MATVEC] = {"matvec", B(0) | B(2) | B(3) | B(4) | B(5), 8 * 4, 64},
     [GT_MTL_K_RMSNORM] = {"rmsnorm", B(1) | B(2) | B(3) | B(7), 5 * 4, 64},
     [GT_MTL_K_ROPE] = {"rope", B(1) | B(2) | B(3), 7 * 4, 64},
-    [GT_MTL_K_KVSTORE] = {"kvstore", B(1) | B(2) | B(3) | B(6), 7 * 4, 64},
+    [GT_MTL_K_KVSTORE] = {"kvstore", B(1) | B(2) | B(3) | B(6), 10 * 4, 64},
     [GT_MTL_K_ATTN] = {"attn", B(1) | B(2) | B(3) | B(5) | B(6), 10 * 4, 64},
     [GT_MTL_K_ACT] = {"act", B(2) | B(3), 1 * 4, 64},
 };
@@ -44,7 +44,7 @@ static const char *type_name(uint32_t t) {
 
 static bool type_ok(uint32_t t) {
     return t == GT_TYPE_F32 || t == GT_TYPE_F16 || t == GT_TYPE_Q8_0 || t == GT_TYPE_Q4_0 ||
-           t == GT_TYPE_Q4_1;
+           t == GT_TYPE_Q4_1 || t == GT_TYPE_Q5_0 || t == GT_TYPE_Q4_K || t == GT_TYPE_Q6_K;
 }
 
 static bool too_big(const gt_weight *w) {
@@ -65,6 +65,19 @@ void gt_mtl_check_model(const geist_model *m, char *buf, size_t cap) {
                  "embedding scale) is not on the device yet (use a CPU backend)");
         return;
     }
+    if (c->attn_softcap > 0.0f || c->final_softcap > 0.0f) {
+        snprintf(buf, cap, "metal: logit soft-capping is not on the device yet (use a CPU "
+                 "backend)");
+        return;
+    }
+    for (int32_t il = 0; il < c->n_layer; il++) {
+        const gt_layer *L = &m->layers[il];
+        if (L->bq.data || L->bk.data || L->bv.data || L->bo.data) {
+            snprintf(buf, cap, "metal: attention biases (blk.%d) are not on the device yet (use "
+                     "a CPU backend)", (int)il);
+            return;
+        }
+    }
     for (int32_t il = 0; il < c->n_layer; il++)
         if (m->layers[il].sliding) {
             snprintf(buf, cap, "metal: sliding-window layers are not on the device yet (use a "
@@ -83,8 +96,8 @@ void gt_mtl_check_model(const geist_model *m, char *buf, size_t cap) {
     for (int i = 0; i < 2; i++) {
         if (!type_ok(tw[i]->type)) {
             snprintf(buf, cap, "metal: tensor %s is %s; the device forward pass supports F32, "
-                     "F16, Q8_0, Q4_0 and Q4_1 weights (use a CPU backend)", tnames[i],
-                     type_name(tw[i]->type));
+                     "F16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K weights (use a CPU backend)",
+                     tnames[i], type_name(tw[i]->type));
             return;
         }
         if (too_big(tw[i])) {
@@ -100,7 +113,8 @@ void gt_mtl_check_model(const geist_model *m, char *buf, size_t cap) {
         for (int i = 0; i < GT_MTL_W_PER_LAYER; i++) {
             if (!type_ok(ws[i]->type) || ws[i]->data == NULL) {
                 snprintf(buf, cap, "metal: tensor blk.%d.%s is %s; the device forward pass "
-                         "supports F32, F16, Q8_0, Q4_0 and Q4_1 weights (use a CPU backend)",
+                         "supports F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K weights (use a "
+                         "CPU backend)",
                          (int)il, roles[i], type_name(ws[i]->type));
                 return;
             }
@@ -181,9 +195,10 @@ int32_t gt_mtl_step_inputs(const gt_config *c, const float *inv_freq, const gt_m
 }
 
 size_t gt_mtl_step_max_dispatches(int32_t n_layer, int32_t n_groups) {
-    /* per layer: 2 norms, 4 quants, 7 products, rope, act, and a kvstore and an attn per group;
-     * then embed and the output's norm, quant and product */
-    return (size_t)n_layer * (15u + 2u * (size_t)n_groups) + 4u;
+    /* per layer: 2 norms, up to 7 quants (one per product when their activation formats
+     * alternate), 7 products, rope, act, and a kvstore and an attn per group; then embed and the
+     * output's norm, quant and product */
+    return (size_t)n_layer * (18u + 2u * (size_t)n_groups) + 4u;
 }
 
 /* ---- recording ------------------------------------------------------------------------------ */
@@ -192,6 +207,8 @@ typedef struct rec {
     gt_mtl_dispatch *out;
     size_t cap, n;
     bool failed;
+    int aq_src; /* the scratch whose 8-bit rows AQ/AD hold (format aq_fmt); -1: none */
+    int aq_fmt;
 } rec;
 
 static gt_mtl_bind scratch(gt_mtl_scratch s) { return (gt_mtl_bind){GT_MTL_BUF_SCRATCH, s, 0}; }
@@ -202,6 +219,7 @@ static gt_mtl_dispatch *add(rec *r, gt_mtl_kernel k, uint32_t groups) {
         r->failed = true;
         return NULL;
     }
+    if (k != GT_MTL_K_MATVEC && k != GT_MTL_K_QUANT) r->aq_src = -1; /* may rewrite the source */
     gt_mtl_dispatch *d = &r->out[r->n++];
     memset(d, 0, sizeof *d);
     d->kernel = k;
@@ -217,7 +235,12 @@ static uint32_t fbits(float f) {
     return u;
 }
 
-static bool quantized(uint32_t t) { return t != GT_TYPE_F32 && t != GT_TYPE_F16; }
+/* the 8-bit activation format a weight type's product takes (act_quant.h; vk_forward.c's
+ * act_fmt): 0 blocks of 32, 1 blocks of 256 (Q4_K, Q6_K), -1 float activations */
+static int act_fmt(uint32_t t) {
+    if (t == GT_TYPE_F32 || t == GT_TYPE_F16) return -1;
+    return t == GT_TYPE_Q4_K || t == GT_TYPE_Q6_K ? 1 : 0;
+}
 
 /* a weight's binding: its buffer at the offset rounded down; returns the remainder (w_off) */
 static uint32_t bind_weight(gt_mtl_bind *b, const gt_mtl_wref *w) {
@@ -226,19 +249,26 @@ static uint32_t bind_weight(gt_mtl_bind *b, const gt_mtl_wref *w) {
     return (uint32_t)(w->offset - base);
 }
 
-static void rec_quant(rec *r, gt_mtl_scratch src, uint32_t n_in, uint32_t n_tok) {
-    const uint32_t n_blocks = n_tok * n_in / 32;
+static void rec_quant(rec *r, gt_mtl_scratch src, uint32_t n_in, uint32_t n_tok, int fmt) {
+    const uint32_t n_blocks = n_tok * n_in / (fmt ? 256u : 32u);
     gt_mtl_dispatch *d = add(r, GT_MTL_K_QUANT, (n_blocks + 63) / 64);
     if (!d) return;
+    r->aq_src = (int)src;
+    r->aq_fmt = fmt;
     d->pc[0] = n_in;
     d->pc[1] = n_blocks;
+    d->pc[2] = (uint32_t)fmt;
     d->bind[2] = scratch(src);
     d->bind[4] = scratch(GT_MTL_S_AQ);
     d->bind[5] = scratch(GT_MTL_S_AD);
 }
 
+/* y (+)= W x for n_tok rows; x's 8-bit rows are made first when a quantized W needs a format
+ * the scratch does not hold for x yet (as vk_forward.c's rec_matvec) */
 static void rec_matvec(rec *r, const gt_mtl_wref *w, gt_mtl_scratch x, gt_mtl_scratch y,
                        uint32_t n_tok, bool acc) {
+    const int fmt = act_fmt(w->type);
+    if (fmt >= 0 && (r->aq_src != (int)x || r->aq_fmt != fmt)) rec_quant(r, x, w->n_in, n_tok, fmt);
     gt_mtl_dispatch *d = add(r, GT_MTL_K_MATVEC, w->n_out);
     if (!d) return;
     const uint32_t w_off = bind_weight(&d->bind[0], w);
@@ -277,11 +307,10 @@ size_t gt_mtl_step_plan(const gt_mtl_step_in *in, gt_mtl_dispatch *out, size_t c
                     "words; use a smaller max_seq_len", in->groups[g].layer_bytes / 1048576.0);
             return 0;
         }
-    rec r = {out, cap, 0, false};
+    rec r = {out, cap, 0, false, -1, -1};
     const uint32_t N = (uint32_t)in->n_rows, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
     const uint32_t kd = (uint32_t)(cf->n_head_kv * cf->head_dim_k);
     const uint32_t vd = (uint32_t)(cf->n_head_kv * cf->head_dim_v);
-    const uint32_t od = (uint32_t)(cf->n_head * cf->head_dim_v);
     const uint32_t half = (uint32_t)cf->n_rot / 2;
     gt_mtl_dispatch *dp = add(&r, GT_MTL_K_EMBED, N);
     if (dp) {
@@ -295,9 +324,6 @@ size_t gt_mtl_step_plan(const gt_mtl_step_in *in, gt_mtl_dispatch *out, size_t c
     for (int32_t il = 0; il < cf->n_layer; il++) {
         const gt_mtl_wref *w = &in->lw[il * GT_MTL_W_PER_LAYER];
         rec_norm(&r, GT_MTL_S_X, GT_MTL_S_XN, N, d, 2u * (uint32_t)il * d, 0, cf->eps);
-        if (quantized(w[GT_MTL_W_Q].type) || quantized(w[GT_MTL_W_K].type) ||
-            quantized(w[GT_MTL_W_V].type))
-            rec_quant(&r, GT_MTL_S_XN, d, N);
         rec_matvec(&r, &w[GT_MTL_W_Q], GT_MTL_S_XN, GT_MTL_S_Q, N, false);
         rec_matvec(&r, &w[GT_MTL_W_K], GT_MTL_S_XN, GT_MTL_S_K, N, false);
         rec_matvec(&r, &w[GT_MTL_W_V], GT_MTL_S_XN, GT_MTL_S_V, N, false);
@@ -314,9 +340,13 @@ size_t gt_mtl_step_plan(const gt_mtl_step_in *in, gt_mtl_dispatch *out, size_t c
         for (int32_t g = 0; g < in->n_groups; g++) {
             const gt_mtl_group *G = &in->groups[g];
             const uint32_t gn = (uint32_t)G->n;
-            if (!(dp = add(&r, GT_MTL_K_KVSTORE, (gn * (kd + vd) / 2 + 63) / 64))) continue;
-            const uint32_t pc[7] = {(uint32_t)G->r0, gn, kd, vd, 0, (uint32_t)(G->k_bytes / 4),
-                                    G->f16};
+            /* INT8: one invocation per row, K or V, and KV head; else one per pair of values */
+            const uint32_t inv = G->mode == GEIST_KV_INT8 ? gn * 2u * (uint32_t)cf->n_head_kv
+                                                          : gn * (kd + vd) / 2;
+            if (!(dp = add(&r, GT_MTL_K_KVSTORE, (inv + 63) / 64))) continue;
+            const uint32_t pc[10] = {(uint32_t)G->r0, gn, kd, vd, 0, (uint32_t)(G->k_bytes / 4),
+                                     G->mode, (uint32_t)cf->n_head_kv, (uint32_t)cf->head_dim_k,
+                                     (uint32_t)cf->head_dim_v};
             memcpy(dp->pc, pc, sizeof pc);
             dp->bind[1] = scratch(GT_MTL_S_IN);
             dp->bind[2] = scratch(GT_MTL_S_K);
@@ -329,7 +359,7 @@ size_t gt_mtl_step_plan(const gt_mtl_step_in *in, gt_mtl_dispatch *out, size_t c
             const uint32_t pc[10] = {(uint32_t)G->r0, (uint32_t)cf->n_head,
                                      (uint32_t)cf->n_head_kv, (uint32_t)cf->head_dim_k,
                                      (uint32_t)cf->head_dim_v, 0, (uint32_t)(G->k_bytes / 4),
-                                     G->f16, (uint32_t)in->cap_ctx, fbits(cf->attn_scale)};
+                                     G->mode, (uint32_t)in->cap_ctx, fbits(cf->attn_scale)};
             memcpy(dp->pc, pc, sizeof pc);
             dp->bind[1] = scratch(GT_MTL_S_IN);
             dp->bind[2] = scratch(GT_MTL_S_Q);
@@ -337,11 +367,8 @@ size_t gt_mtl_step_plan(const gt_mtl_step_in *in, gt_mtl_dispatch *out, size_t c
             dp->bind[5] = scratch(GT_MTL_S_SC);
             dp->bind[6] = (gt_mtl_bind){GT_MTL_BUF_KV, (uint32_t)g, (uint64_t)il * G->layer_bytes};
         }
-        if (quantized(w[GT_MTL_W_O].type)) rec_quant(&r, GT_MTL_S_ATT, od, N);
         rec_matvec(&r, &w[GT_MTL_W_O], GT_MTL_S_ATT, GT_MTL_S_X, N, true); /* x += o */
         rec_norm(&r, GT_MTL_S_X, GT_MTL_S_XN, N, d, (2u * (uint32_t)il + 1u) * d, 0, cf->eps);
-        if (quantized(w[GT_MTL_W_GATE].type) || quantized(w[GT_MTL_W_UP].type))
-            rec_quant(&r, GT_MTL_S_XN, d, N);
         rec_matvec(&r, &w[GT_MTL_W_GATE], GT_MTL_S_XN, GT_MTL_S_GATE, N, false);
         rec_matvec(&r, &w[GT_MTL_W_UP], GT_MTL_S_XN, GT_MTL_S_UP, N, false);
         if ((dp = add(&r, GT_MTL_K_ACT, (N * nff + 63) / 64))) {
@@ -349,14 +376,12 @@ size_t gt_mtl_step_plan(const gt_mtl_step_in *in, gt_mtl_dispatch *out, size_t c
             dp->bind[2] = scratch(GT_MTL_S_UP);
             dp->bind[3] = scratch(GT_MTL_S_GATE);
         }
-        if (quantized(w[GT_MTL_W_DOWN].type)) rec_quant(&r, GT_MTL_S_GATE, nff, N);
         rec_matvec(&r, &w[GT_MTL_W_DOWN], GT_MTL_S_GATE, GT_MTL_S_X, N, true); /* x += ffn */
     }
     if (in->n_logits > 0) {
         const uint32_t nl = (uint32_t)in->n_logits;
         rec_norm(&r, GT_MTL_S_X, GT_MTL_S_XN, nl, d, 2u * (uint32_t)cf->n_layer * d,
                  in->gather_at, cf->eps);
-        if (quantized(in->out->type)) rec_quant(&r, GT_MTL_S_XN, d, nl);
         rec_matvec(&r, in->out, GT_MTL_S_XN, GT_MTL_S_LG, nl, false);
     }
     if (r.failed) {

@@ -89,8 +89,9 @@ enum { GT_MTL_W_Q, GT_MTL_W_K, GT_MTL_W_V, GT_MTL_W_O, GT_MTL_W_GATE, GT_MTL_W_U
        GT_MTL_W_PER_LAYER };
 
 /* "" when the device forward pass runs the model, else why not (the vulkan backend's refusals:
- * llama only, no QK norm / post-norms / GELU / embedding scale, no sliding-window layers, the
- * head geometry, weights F32/F16/Q8_0/Q4_0/Q4_1 only; and a tensor past 4 GiB). */
+ * llama only, no QK norm / post-norms / GELU / embedding scale, no logit soft-capping, no
+ * attention biases, no sliding-window layers, the head geometry, weights
+ * F32/F16/Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K only; and a tensor past 4 GiB). */
 void gt_mtl_check_model(const struct geist_model *m, char *buf, size_t cap);
 
 /* Where the plan put weight w (a view of one of g's tensors): false when w is none of them. */
@@ -111,7 +112,7 @@ typedef struct gt_mtl_row {
 /* A run of consecutive rows of one session: its KV's layout. */
 typedef struct gt_mtl_group {
     int32_t r0, n;
-    uint32_t f16;         /* the KV holds F16 values (else F32) */
+    uint32_t mode;        /* gt_mtl_kv_layout's: GEIST_KV_F32, GEIST_KV_F16 or GEIST_KV_INT8 */
     uint64_t layer_bytes; /* gt_mtl_kv_layout's */
     uint64_t k_bytes;
 } gt_mtl_group;
