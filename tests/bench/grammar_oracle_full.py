@@ -28,6 +28,7 @@ def main() -> int:
     ap.add_argument("--seqs", type=int, default=200)
     ap.add_argument("--steps", type=int, default=40, help="most steps per sequence")
     ap.add_argument("--models", nargs="+", default=["smollm2", "gemma3"])
+    ap.add_argument("--only", nargs="*", default=None, help="suite entries to run (default: all)")
     ns = ap.parse_args()
     failed = 0
     for which in ns.models:
@@ -35,6 +36,8 @@ def main() -> int:
         total = 0
         t0 = time.perf_counter()
         for i, (name, kind, text) in enumerate(SUITE):
+            if ns.only and name not in ns.only:
+                continue
             ll = json_schema_to_gbnf(text) if kind == JSON_SCHEMA else None
             r = oracle.run_sequences(m, text, ns.seqs, ns.steps, seed=5000 + i, kind=kind,
                                      ll_text=ll)
@@ -42,7 +45,7 @@ def main() -> int:
             status = "ok" if r["ok"] else f"MISMATCH {r}"
             failed += not r["ok"]
             print(f"{which:8s} {name:24s} {r['steps']:6d} steps {status}", flush=True)
-        print(f"{which}: {len(SUITE)} grammars x {ns.seqs} sequences, {total} steps compared, "
+        print(f"{which}: {len(ns.only) if ns.only else len(SUITE)} grammars x {ns.seqs} sequences, {total} steps compared, "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
     print("ALL EQUAL" if not failed else f"{failed} grammar(s) differ")
     return 1 if failed else 0
