@@ -45,7 +45,8 @@ def main() -> int:
             status = "ok" if r["ok"] else f"MISMATCH {r}"
             failed += not r["ok"]
             print(f"{which:8s} {name:24s} {r['steps']:6d} steps {status}", flush=True)
-        print(f"{which}: {len(ns.only) if ns.only else len(SUITE)} grammars x {ns.seqs} sequences, {total} steps compared, "
+        n_g = len(ns.only) if ns.only else len(SUITE)
+        print(f"{which}: {n_g} grammars x {ns.seqs} sequences, {total} steps compared, "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
     print("ALL EQUAL" if not failed else f"{failed} grammar(s) differ")
     return 1 if failed else 0

@@ -3,10 +3,10 @@
 llguidance's own GBNF converter (llguidance.gbnf_to_lark) turns rules without recursion into
 lexer terminals, and its lexer then matches them as regular expressions (a nullable terminal such
 as `ws ::= [ ]?` changes what may follow): the languages are the same but the token masks are not
-always. This converter keeps every rule a parser rule and makes each lexeme one character (a class or a
-one-character string: llguidance's lexer takes the longest lexeme, which for multi-character
-literals such as "100" beside [0-9] would change the language), so llguidance's masks are those
-of the grammar itself, byte for byte.
+always. This converter keeps every rule a parser rule and makes each lexeme one character (a class
+or a one-character string: llguidance's lexer takes the longest lexeme, which for
+multi-character literals such as "100" beside [0-9] would change the language), so
+llguidance's masks are those of the grammar itself, byte for byte.
 """
 
 from __future__ import annotations
