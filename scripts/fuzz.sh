@@ -22,7 +22,7 @@ while getopts "t:j:o:" opt; do
 done
 shift $((OPTIND - 1))
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf template tokenize snapshot sampler)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf template tokenize snapshot sampler grammar)
 PY=.venv/bin/python
 if ! command -v clang >/dev/null; then
     echo "[fuzz] clang not found: fuzz targets skipped (apt-get install clang libfuzzer-14-dev)" >&2
@@ -37,6 +37,7 @@ args_for() {
     case $1 in
         template) echo "--model=$SMOL" ;;
         tokenize) echo "--model=$SMOL --model2=$GEMMA" ;;
+        grammar) echo "--model=$SMOL" ;;
         snapshot) echo "--model=tests/fuzz/corpus/gguf/gemma3_q8.gguf" ;;
         *) echo "" ;;
     esac

@@ -3,8 +3,10 @@
 llguidance's own GBNF converter (llguidance.gbnf_to_lark) turns rules without recursion into
 lexer terminals, and its lexer then matches them as regular expressions (a nullable terminal such
 as `ws ::= [ ]?` changes what may follow): the languages are the same but the token masks are not
-always. This converter keeps every rule a parser rule and makes each lexeme one character class
-or one fixed string, so llguidance's masks are those of the grammar itself, byte for byte.
+always. This converter keeps every rule a parser rule and makes each lexeme one character (a class
+or a one-character string: llguidance's lexer takes the longest lexeme, which for
+multi-character literals such as "100" beside [0-9] would change the language), so
+llguidance's masks are those of the grammar itself, byte for byte.
 """
 
 from __future__ import annotations
@@ -140,19 +142,17 @@ class _P:
 
 
 def _lit(cps: list[int]) -> list[str]:
-    """A literal as Lark lexemes: runs of printable ASCII as strings, others as \\x{..} regexes."""
+    """A literal as one-character Lark lexemes ("1" "0" "0", not "100"): llguidance's lexer takes
+    the longest lexeme (maximal munch), so with "100" beside [0-9] it would not let "10" end a
+    number; one-character lexemes leave the grammar's own semantics. Printable ASCII as strings,
+    the rest as \\x{..} regexes."""
     out: list[str] = []
-    run = ""
     for cp in cps:
         if 0x20 <= cp < 0x7F:
-            run += "\\" + chr(cp) if chr(cp) in '"\\' else chr(cp)
+            c = chr(cp)
+            out.append('"' + ("\\" + c if c in '"\\' else c) + '"')
         else:
-            if run:
-                out.append(f'"{run}"')
-                run = ""
             out.append(f"/\\x{{{cp:x}}}/")
-    if run:
-        out.append(f'"{run}"')
     return out
 
 

@@ -11,10 +11,10 @@
  *  - a pushdown matcher keeps a set of stacks of grammar positions (llama.cpp's model: the top
  *    is always a byte-set element, the entries below are return positions);
  *  - the vocabulary is sorted by bytes once per model (shared prefixes walked once);
- *  - per byte-set position the tokens are classified once (lazily, cached in the grammar):
- *    accepted inside the position's own rule (context-independent), rejected, or uncertain
- *    (the rule can end inside the token and the next byte may follow it): only uncertain tokens
- *    are checked against the whole stack at each step;
+ *  - per context (the top 4 positions of a stack, or the whole stack) the tokens are classified
+ *    once (lazily, cached in the grammar): accepted without leaving the context (whatever lies
+ *    below), rejected, or uncertain (the deepest entry's rule can end inside the token and the
+ *    next byte may follow it): only uncertain tokens are checked against the whole stack;
  *  - stacks and stack sets are interned and byte transitions memoized (bounded tables, cleared
  *    when full; a matcher keeps its own copy of its state).
  * Hard limits (GT_GRAMMAR_MAX_*) bound text size, rules, nesting, repetition counts, stack depth

@@ -48,6 +48,8 @@ typedef struct gt_tables {
     const char *fail_msg;
 } gt_tables;
 
+#define GT_CTX_DEPTH 4
+
 typedef struct pcache {
     bool ready;
     bool stored;
@@ -57,6 +59,13 @@ typedef struct pcache {
     int32_t *unc;
     uint32_t n_unc;
 } pcache;
+
+typedef struct pentry {
+    uint32_t key[GT_CTX_DEPTH]; /* top first */
+    uint8_t klen;               /* 0: empty slot */
+    bool whole;                 /* key is the whole stack (nothing below can follow) */
+    pcache c;
+} pentry;
 
 struct gt_grammar {
     atomic_int refs;
@@ -68,7 +77,10 @@ struct gt_grammar {
     const gt_vocab *V;
     pthread_mutex_t lock;
     gt_tables T;
-    pcache *pc; /* n_pos entries */
+    /* token classes per context key: the top GT_CTX_DEPTH positions of a stack (or the whole
+     * stack, when shorter); open addressing, entries never removed */
+    struct pentry *pe;
+    uint32_t pe_cap, pe_n;
     size_t pc_bytes;
     uint32_t *scratch_bits; /* n_words */
     int32_t *scratch_states; /* walk states per depth */
@@ -453,19 +465,28 @@ static geist_status fail_tables(gt_grammar *g, gt_err *err) {
     return gt_fail(err, GEIST_ERR_CAPACITY, "%s", g->T.fail_msg ? g->T.fail_msg : "grammar: state error");
 }
 
-/* Classifies every token for the byte-set position p (walking the sorted vocabulary). */
-static geist_status pcache_compute(gt_grammar *g, uint32_t p, pcache *c, gt_err *err) {
+static const uint32_t no_follow[8] = {0};
+
+/* Classifies every token for the stack whose top positions are key[0..klen) (top first), walking
+ * the sorted vocabulary: accepted without popping the deepest key entry, or uncertain (that entry
+ * may be popped inside the token and the next byte may follow its rule); whole: the key is the
+ * whole stack (popping it ends the grammar, so nothing is uncertain). */
+static geist_status pcache_compute(gt_grammar *g, const uint32_t *key, uint32_t klen, bool whole,
+                                   pcache *c, gt_err *err) {
     const gt_rules *R = g->R;
     const gt_vocab *V = g->V;
     gt_tables *T = &g->T;
     const uint32_t nw = (uint32_t)((V->n_vocab + 31) / 32);
     memset(c, 0, sizeof *c);
-    const int64_t nd = node_get(T, p, 0);
-    if (nd < 0) return fail_tables(g, err);
-    uint32_t one = (uint32_t)nd;
+    uint32_t one = 0;
+    for (uint32_t k = klen; k-- > 0;) {
+        const int64_t nd = node_get(T, key[k], one);
+        if (nd < 0) return fail_tables(g, err);
+        one = (uint32_t)nd;
+    }
     const int32_t s0 = set_get(T, &one, 1);
     if (s0 < 0) return fail_tables(g, err);
-    const uint32_t *follow = R->follow[R->pos_rule[p]];
+    const uint32_t *follow = whole ? no_follow : R->follow[R->pos_rule[key[klen - 1]]];
     uint32_t *bits = g->scratch_bits;
     memset(bits, 0, nw * sizeof *bits);
     int32_t *st = g->scratch_states;
@@ -550,9 +571,9 @@ static size_t pcache_bytes(const pcache *c, uint32_t nw) {
 
 static void grammar_free(gt_grammar *g) {
     if (!g) return;
-    if (g->pc)
-        for (uint32_t p = 0; p < g->R->n_pos; p++) pcache_clear(&g->pc[p]);
-    free(g->pc);
+    if (g->pe)
+        for (uint32_t i = 0; i < g->pe_cap; i++) pcache_clear(&g->pe[i].c);
+    free(g->pe);
     tables_free(&g->T);
     gt_rules_free(g->R);
     free(g->text);
@@ -639,11 +660,12 @@ static geist_status grammar_new(gt_grammar_cache *c, const char *text, size_t le
     g->hash = h;
     g->len = len;
     g->text = malloc(len + 1);
-    g->pc = calloc(R->n_pos, sizeof *g->pc);
+    g->pe_cap = 64;
+    g->pe = calloc(g->pe_cap, sizeof *g->pe);
     g->scratch_bits = malloc((size_t)((c->V->n_vocab + 31) / 32 + 1) * sizeof(uint32_t));
     g->scratch_states = malloc(((size_t)c->V->max_len + 2) * sizeof(int32_t));
     g->scratch_unc = malloc((size_t)c->V->max_len + 2);
-    if (!g->text || !g->pc || !g->scratch_bits || !g->scratch_states || !g->scratch_unc ||
+    if (!g->text || !g->pe || !g->scratch_bits || !g->scratch_states || !g->scratch_unc ||
         !tables_init(&g->T)) {
         grammar_free(g);
         return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (grammar)");
@@ -813,18 +835,59 @@ bool gt_matcher_is_dead(const gt_matcher *m) { return !m->ended && m->n_stacks =
 uint32_t gt_grammar_max_token_bytes_of(const gt_matcher *m) { return gt_grammar_max_token_bytes(m->g); }
 uint32_t gt_matcher_min_bytes(const gt_matcher *m) { return m->ended ? 0 : m->min_bytes; }
 
-static geist_status ensure_pcache(gt_grammar *g, uint32_t p, pcache **out, pcache *tmp, gt_err *err) {
-    pcache *c = &g->pc[p];
-    if (c->ready) {
-        *out = c;
+static uint32_t key_hash(const uint32_t *key, uint32_t klen, bool whole) {
+    uint32_t h = klen * 2u + whole;
+    for (uint32_t i = 0; i < klen; i++) h = hash2(h, key[i]);
+    return h;
+}
+
+static pentry *pe_find(gt_grammar *g, const uint32_t *key, uint32_t klen, bool whole) {
+    for (uint32_t i = key_hash(key, klen, whole) & (g->pe_cap - 1);; i = (i + 1) & (g->pe_cap - 1)) {
+        pentry *e = &g->pe[i];
+        if (e->klen == 0) return e;
+        if (e->klen == klen && e->whole == whole && memcmp(e->key, key, klen * sizeof *key) == 0) return e;
+    }
+}
+
+static bool pe_grow(gt_grammar *g) {
+    const uint32_t cap = g->pe_cap * 2;
+    pentry *ne = calloc(cap, sizeof *ne);
+    if (!ne) return false;
+    pentry *old = g->pe;
+    const uint32_t ocap = g->pe_cap;
+    g->pe = ne;
+    g->pe_cap = cap;
+    for (uint32_t i = 0; i < ocap; i++)
+        if (old[i].klen) *pe_find(g, old[i].key, old[i].klen, old[i].whole) = old[i];
+    free(old);
+    return true;
+}
+
+/* The token classes for a stack's context key: cached in the grammar while the budget lasts,
+ * else computed into tmp (the caller clears it). */
+static geist_status ensure_pcache(gt_grammar *g, const uint32_t *key, uint32_t klen, bool whole,
+                                  pcache **out, pcache *tmp, gt_err *err) {
+    pentry *e = pe_find(g, key, klen, whole);
+    if (e->klen) {
+        *out = &e->c;
         return GEIST_OK;
     }
     const uint32_t nw = (uint32_t)((g->V->n_vocab + 31) / 32);
-    const bool store = g->pc_bytes < GT_GRAMMAR_CACHE_BYTES;
-    pcache *dst = store ? c : tmp;
-    geist_status st = pcache_compute(g, p, dst, err);
+    bool store = g->pc_bytes < GT_GRAMMAR_CACHE_BYTES;
+    if (store && (g->pe_n + 1) * 2 > g->pe_cap) {
+        if (pe_grow(g)) e = pe_find(g, key, klen, whole);
+        else store = false;
+    }
+    pcache *dst = store ? &e->c : tmp;
+    geist_status st = pcache_compute(g, key, klen, whole, dst, err);
     if (st != GEIST_OK) return st;
-    if (store) g->pc_bytes += pcache_bytes(dst, nw);
+    if (store) {
+        memcpy(e->key, key, klen * sizeof *key);
+        e->klen = (uint8_t)klen;
+        e->whole = whole;
+        g->pe_n++;
+        g->pc_bytes += pcache_bytes(dst, nw);
+    }
     dst->stored = store;
     *out = dst;
     return GEIST_OK;
@@ -859,9 +922,11 @@ geist_status gt_matcher_fill_mask(gt_matcher *m, uint32_t *bits, gt_err *err) {
     for (uint32_t i = 0; st == GEIST_OK && i < T->sets[S].n; i++) {
         const uint32_t node = T->pool[T->sets[S].off + i];
         if (node == 0) continue;
-        const uint32_t p = T->nodes[node].pos;
+        uint32_t key[GT_CTX_DEPTH], klen = 0;
+        for (uint32_t x = node; x != 0 && klen < GT_CTX_DEPTH; x = T->nodes[x].parent) key[klen++] = T->nodes[x].pos;
+        const bool whole = T->nodes[node].depth <= GT_CTX_DEPTH;
         pcache tmp = {0}, *c = NULL;
-        st = ensure_pcache(g, p, &c, &tmp, err);
+        st = ensure_pcache(g, key, klen, whole, &c, &tmp, err);
         if (st != GEIST_OK) break;
         if (c->acc_bits) {
             for (uint32_t w = 0; w < nw; w++) bits[w] |= c->acc_bits[w];
