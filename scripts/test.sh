@@ -47,4 +47,4 @@ scripts/test_platforms.sh
 scripts/test_wheels.sh
 
 echo "== Python tests (release build, all)" >&2
-$PY -m pytest -q -rs "$@"
+$PY -m pytest -q -rs --durations=25 "$@"

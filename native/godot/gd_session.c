@@ -660,8 +660,8 @@ void session_register(void) {
     for (int i = 0; i < GEIST_N_KV_MODES; i++)
         reg_const("GeistSession", "KVMode", kv[i], i);
     static const char *const fin[] = {"FINISH_STOP", "FINISH_LENGTH", "FINISH_CAPACITY",
-                                      "FINISH_CANCELLED"};
-    for (int i = 0; i < 4; i++)
+                                      "FINISH_CANCELLED", "FINISH_GRAMMAR"};
+    for (int i = 0; i < (int)COUNT(fin); i++)
         reg_const("GeistSession", "FinishReason", fin[i], i);
     reg_const("GeistSession", "FinishReason", "FINISH_FAILED", -1);
     TAG_SESSION = class_tag("GeistSession");

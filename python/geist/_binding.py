@@ -21,7 +21,7 @@ _HERE = Path(__file__).resolve().parent
 _REPO = _HERE.parent.parent
 
 ffi = cffi.FFI()
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a finalizer may call in while the library is opened
 _lib: Any = None
 _lib_path: Path | None = None
 
@@ -72,7 +72,14 @@ def load_library(path: str | Path | None = None) -> Any:
         cands = [Path(path)] if path is not None else _candidates()
         for cand in cands:
             if cand.is_file():
-                _lib = ffi.dlopen(str(cand))
+                opened = ffi.dlopen(str(cand))
+                # Resolve every name now: cffi resolves one lazily under the ffi's lock, which is
+                # not reentrant, so a finalizer (Model.__del__ -> geist_model_free) run by the
+                # garbage collector while another thread or this one parses a C type under that
+                # lock would wait on it forever (seen with pycparser 3).
+                for name in dir(opened):
+                    getattr(opened, name)
+                _lib = opened
                 _lib_path = cand.resolve()
                 return _lib
         raise GeistError(
