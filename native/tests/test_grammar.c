@@ -50,8 +50,8 @@ static const char *const BAD_GBNF[] = {
 };
 
 static const char *const GOOD_SCHEMA[] = {
-    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":5},"
-    "\"b\":{\"enum\":[1,\"x\",null]}},\"required\":[\"a\"],\"additionalProperties\":false}",
+    ("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":5},"
+     "\"b\":{\"enum\":[1,\"x\",null]}},\"required\":[\"a\"],\"additionalProperties\":false}"),
     "{\"type\":\"integer\",\"minimum\":-15,\"maximum\":12345}",
     "{\"type\":\"array\",\"items\":{\"type\":\"number\",\"minimum\":0,\"maximum\":3},\"maxItems\":3}",
     "{\"anyOf\":[{\"type\":\"boolean\"},{\"const\":\"q\\\"\"}]}",
