@@ -535,7 +535,9 @@ GEIST_API void geist_matcher_free(geist_matcher *m);
  * End-of-generation tokens are allowed where the grammar may end; other special tokens never. */
 GEIST_API geist_status geist_matcher_mask(geist_matcher *m, uint32_t *bits, size_t n_words);
 /* Advances by one allowed token (GEIST_ERR_INVALID_ARGUMENT for a token the mask forbids; the
- * state is unchanged then). */
+ * state is unchanged then). GEIST_ERR_CAPACITY when an allowed token would leave more parses
+ * alive together than the bound (the mask checks each parse alone; a very ambiguous grammar
+ * such as ("a"+)+ gets there): the matcher is then unusable, and a request fails with it. */
 GEIST_API geist_status geist_matcher_accept(geist_matcher *m, int32_t token);
 /* 1 when the grammar may end here, else 0. */
 GEIST_API int32_t geist_matcher_can_end(const geist_matcher *m);

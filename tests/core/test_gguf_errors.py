@@ -571,3 +571,13 @@ def test_duplicate_key(valid: bytes, layout: Layout) -> None:
     buf[b.key_len_at + 8 : b.key_len_at + 8 + len(b.key)] = a.key.encode()
     expect_error(valid, bytes(buf), geist.BadFormatError, ("duplicate metadata key", a.key),
                  BAD_FORMAT)
+
+
+def test_a_tokenizer_with_more_tokens_than_embedding_rows_is_refused() -> None:
+    """Found by the fuzz campaign: 300 tokens over a 239-row token_embd gave token ids past the
+    logits (a read past the embedding table on the next step)."""
+    regressions = Path(__file__).resolve().parents[1] / "fuzz" / "regressions" / "gguf"
+    path = regressions / "tokens_past_embedding_rows.gguf"
+    with pytest.raises(geist.BadFormatError,
+                       match=r"has 300 tokens but token_embd.weight has 239 rows"):
+        geist.Model.load(path)

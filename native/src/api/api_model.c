@@ -169,6 +169,11 @@ static geist_status load_span(geist_engine *engine, const void *data, size_t siz
     if (!st) {
         m->tokenizer_free = gt_tokenizer_free; /* the model frees what it was given */
         st = gt_tokenizer_create(&m->gguf, &m->tokenizer, &err);
+        /* every id the tokenizer can give must have an embedding row (and a logit) */
+        if (!st && m->tokenizer && gt_tokenizer_n_vocab(m->tokenizer) > m->cfg.n_vocab)
+            st = gt_fail(&err, GEIST_ERR_BAD_FORMAT,
+                         "tokenizer.ggml.tokens has %d tokens but token_embd.weight has %d rows",
+                         (int)gt_tokenizer_n_vocab(m->tokenizer), (int)m->cfg.n_vocab);
         if (!st && m->tokenizer) {
             m->grammar_cache_free = gt_grammar_cache_free;
             st = gt_grammar_cache_create(m->tokenizer, m->cfg.n_vocab, &m->grammar_cache, &err);

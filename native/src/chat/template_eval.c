@@ -1324,6 +1324,9 @@ static bool call_func(ev *E, const tp_node *at, int fn, const args *A, tp_val *o
                 size_t n = msg.n < sizeof E->err->msg - 1 ? msg.n : sizeof E->err->msg - 1;
                 memcpy(E->err->msg, msg.p, n);
                 E->err->msg[n] = '\0';
+                if (E->err->msg[0] == '\0') /* every error says why, an empty message too */
+                    snprintf(E->err->msg, sizeof E->err->msg,
+                             "chat template: raise_exception() without a message");
             }
         }
         return false;

@@ -268,7 +268,9 @@ static void select_best(gt_cand *c, size_t lo, size_t hi, size_t kth) {
         if (kth < store) hi = store;
         else lo = store + 1;
     }
-    if (hi - lo > 1) insertion_sort(c, lo, hi);
+    /* only a short range that still straddles kth needs ordering; once kth is at an edge the
+     * selection is done (sorting the rest there was quadratic: found by the fuzz campaign) */
+    if (kth > lo && kth < hi && hi - lo > 1) insertion_sort(c, lo, hi);
 }
 
 /* Makes c[0..m) the m best of c[0..n), sorted; c[0..*sorted) already is. */
