@@ -555,13 +555,19 @@ geist_status gt_json_schema_to_gbnf(const char *schema, size_t len, const char *
     if (st == GEIST_OK && c.need_value) {
         c.need_char = true;
         c.need_number = true;
-        if (!gt_text_appendf(out,
-                             "%1$s-value ::= %1$s-object | %1$s-array | %1$s-string | %1$s-number | \"true\" | \"false\" | \"null\"\n"
-                             "%1$s-object ::= \"{\" ( %1$s-string \":\" %1$s-value ( \",\" %1$s-string \":\" %1$s-value )* )? \"}\"\n"
-                             "%1$s-array ::= \"[\" ( %1$s-value ( \",\" %1$s-value )* )? \"]\"\n"
-                             "%1$s-string ::= \"\\\"\" %1$s-char* \"\\\"\"\n"
-                             "%1$s-number ::= \"-\"? ( \"0\" | [1-9] [0-9]* ) ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n",
-                             root_name))
+        /* the generic JSON value rules, each name prefixed; one rule per call, no positional
+         * printf arguments (msvcrt, on Windows, has none) */
+        const char *r = root_name;
+        bool ok = gt_text_appendf(out, "%s-value ::= %s-object | %s-array | %s-string | %s-number | "
+                                  "\"true\" | \"false\" | \"null\"\n", r, r, r, r, r) &&
+                  gt_text_appendf(out, "%s-object ::= \"{\" ( %s-string \":\" %s-value ( \",\" "
+                                  "%s-string \":\" %s-value )* )? \"}\"\n", r, r, r, r, r) &&
+                  gt_text_appendf(out, "%s-array ::= \"[\" ( %s-value ( \",\" %s-value )* )? "
+                                  "\"]\"\n", r, r, r) &&
+                  gt_text_appendf(out, "%s-string ::= \"\\\"\" %s-char* \"\\\"\"\n", r, r) &&
+                  gt_text_appendf(out, "%s-number ::= \"-\"? ( \"0\" | [1-9] [0-9]* ) ( \".\" "
+                                  "[0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n", r);
+        if (!ok)
             st = soom(&c);
     }
     if (st == GEIST_OK && c.need_char &&
