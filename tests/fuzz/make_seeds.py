@@ -141,7 +141,7 @@ def sampler_seeds() -> None:
 
     f = lambda x: struct.pack("<f", x)  # noqa: E731
     i = lambda x: struct.pack("<i", x)  # noqa: E731
-    head = struct.pack("<H", 64 + 8)
+    head = bytes([9, 0])  # a vocabulary of 9 * 8 + 0 - 8 = 64 (fuzz_sampler.c)
     put("sampler", "default.bin", head + opts(0) + opts(0) + bytes([0, 0]) + bytes(range(1, 65)))
     put("sampler", "greedy_bias.bin", head + opts(1, f(0.0)) + opts(0xFF, f(1.5), i(5), f(0.5),
         f(0.1), f(1.3), f(0.2), f(0.1), i(8)) + bytes([2, 0, 7, 10, 1]) + i(-5) + f(3.0)
