@@ -3,7 +3,10 @@
 # device machine needs, in one folder of the repository that git ignores, so that a device call
 # carries it (`carry: [".dev-gpu"]`). Run on the development machine, from any directory:
 #
-#   tests/bench/gpu/pack.sh [DEST]      (default: REPO/.dev-gpu; REPO = this checkout)
+#   tests/bench/gpu/pack.sh [--repo CHECKOUT] [DEST]
+#
+# CHECKOUT (default: the checkout holding this script) gives the geist that is measured: its
+# build/release/libgeist.so, python/geist and .venv; DEST defaults to CHECKOUT/.dev-gpu.
 #
 # DEST gets: debs-bookworm/ (Debian 12 libvulkan1, vulkaninfo, the X client libraries the NVIDIA
 # ICD needs: for geist), debs-sid/ (Debian sid's glslc + libshaderc1, libvulkan-dev + libvulkan1
@@ -16,6 +19,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../../.." && pwd)
+if [ "${1:-}" = --repo ]; then REPO=$(cd "$2" && pwd); shift 2; fi
 DEST=${1:-$REPO/.dev-gpu}
 CACHE=$HOME/.cache/geist/gpukit
 PY=$REPO/.venv/bin/python
