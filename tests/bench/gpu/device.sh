@@ -11,7 +11,14 @@
 #   bash .dev-gpu/device.sh build vulkan|cuda   one build in the foreground
 #   bash .dev-gpu/device.sh bench [ARGS] bench.py (ARGS: bench.py --help); results into $OUT
 #   bash .dev-gpu/device.sh check        the device as Vulkan, CUDA and geist see it
-#   bash .dev-gpu/device.sh all          setup, both builds (in parallel), bench
+#   bash .dev-gpu/device.sh all          setup, check, geist's bench (on the quiet machine), both
+#                                        builds, then llama.cpp's bench if it still fits in 590 s
+#   bash .dev-gpu/device.sh resume       the rest, in a second call if `all` ended "next: ...
+#                                        resume": wait 540 s, llama.cpp's bench
+#   bash .dev-gpu/device.sh save [DIR]   the built tools (bin/ of each build, stripped) as
+#                                        llama-{vulkan,cuda}-bin.tgz.part-* (15 MiB parts) into
+#                                        DIR (default $OUT): `pack.sh --prebuilt DIR` puts them
+#                                        in a later kit, whose setup then skips the builds
 #   --root DIR before the command puts /opt/... under DIR (a dry run of setup elsewhere)
 #
 # Everything lives in $W (/opt/gpukit) and two prefixes: Debian 12's libvulkan1 + X client
@@ -48,6 +55,16 @@ setup() {
         tar xzf "$KIT/llama.cpp.tar.gz" -C "$W"
         touch "$W/.unpacked"
     fi
+    local k
+    for k in vulkan cuda; do  # tools built on an earlier machine (device.sh save)
+        if [ ! -f "$W/build-$k.ok" ] && compgen -G "$KIT/prebuilt/llama-$k-bin.tgz.part-*" >/dev/null
+        then
+            mkdir -p "$W/build-$k"
+            cat "$KIT/prebuilt/llama-$k-bin.tgz.part-"* | tar xzf - -C "$W/build-$k"
+            echo prebuilt > "$W/build-$k.ok"
+            log "build $k: prebuilt tools unpacked ($W/build-$k/bin)"
+        fi
+    done
     for meta in "$KIT"/models/*.json; do
         local name; name=$(basename "$meta" .json)
         if [ ! -f "$W/models/$name.gguf" ]; then
@@ -117,14 +134,32 @@ wait_builds() {  # [seconds]
         sleep 5
     done
     for k in vulkan cuda; do
-        if [ -f "$W/build-$k.ok" ]; then log "build $k: built ($(cat "$W/build-$k.ok") s)"
-        else log "build $k: FAILED"; tail -20 "$W/logs/build-$k.log" 2>/dev/null || true; fi
+        if [ -f "$W/build-$k.ok" ]; then log "build $k: built ($(cat "$W/build-$k.ok") s)" \
+            | sed 's/(prebuilt s)/(prebuilt)/'
+        elif [ -f "$W/build-$k.failed" ]; then
+            log "build $k: FAILED"; tail -20 "$W/logs/build-$k.log" 2>/dev/null || true
+        else log "build $k: not started (device.sh start)"; fi
     done
 }
 
 bench() {
     PYTHONUNBUFFERED=1 python3 "$KIT/bench.py" --kit "$KIT" --work "$W" \
         --geist-ld "$GEIST_LD" --llama-vulkan-ld "$LLAMA_VK_LD" "$@"
+}
+
+save() {  # [dir]
+    local out=${1:-${OUT:?no OUT: give a folder}} k
+    mkdir -p "$out"
+    for k in vulkan cuda; do
+        [ -f "$W/build-$k.ok" ] || { log "save: $k is not built"; continue; }
+        local t; t=$(mktemp -d)
+        cp -a "$W/build-$k/bin" "$t/bin"
+        find "$t/bin" -type f \( -name '*.so*' -o -perm -u+x \) -exec strip --strip-unneeded {} + \
+            2>/dev/null || true
+        tar czf - -C "$t" bin | split -b 15M -d - "$out/llama-$k-bin.tgz.part-"
+        rm -rf "$t"
+        log "save: $k -> $(ls "$out"/llama-$k-bin.tgz.part-* | wc -l) part(s), $(du -ch "$out"/llama-$k-bin.tgz.part-* | tail -1 | cut -f1)"
+    done
 }
 
 check() {
@@ -144,9 +179,22 @@ case "$cmd" in
     wait) wait_builds "${1:-540}" ;;
     bench) bench "$@" ;;
     check) check ;;
-    all)
+    save) save "${1:-}" ;;
+    all)  # sized for one call of 600 s: the llama.cpp part (about 2 minutes) only if it fits
+        setup
+        check
+        bench --only geist --fresh "$@"
         start
-        wait_builds 3000 || true
-        bench "$@" ;;
-    *) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 2 ;;
+        left=$((590 - 150 - SECONDS))
+        if wait_builds $((left > 0 ? left : 0)); then
+            bench --only llama "$@"
+        else
+            log "next: bash .dev-gpu/device.sh resume (at once, while the machine is warm)"
+            exit 3
+        fi ;;
+    resume)
+        wait_builds 540
+        bench --only llama "$@" ;;
+    *) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "${BASH_SOURCE[0]}"
+       exit 2 ;;
 esac

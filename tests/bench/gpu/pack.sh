@@ -3,10 +3,12 @@
 # device machine needs, in one folder of the repository that git ignores, so that a device call
 # carries it (`carry: [".dev-gpu"]`). Run on the development machine, from any directory:
 #
-#   tests/bench/gpu/pack.sh [--repo CHECKOUT] [DEST]
+#   tests/bench/gpu/pack.sh [--repo CHECKOUT] [--prebuilt DIR] [DEST]
 #
 # CHECKOUT (default: the checkout holding this script) gives the geist that is measured: its
 # build/release/libgeist.so, python/geist and .venv; DEST defaults to CHECKOUT/.dev-gpu.
+# DIR holds llama.cpp's tools built on an earlier device machine (`device.sh save`'s
+# llama-*-bin.tgz.part-* files): the kit carries them and the device skips the builds.
 #
 # DEST gets: debs-bookworm/ (Debian 12 libvulkan1, vulkaninfo, the X client libraries the NVIDIA
 # ICD needs: for geist), debs-sid/ (Debian sid's glslc + libshaderc1, libvulkan-dev + libvulkan1
@@ -19,7 +21,14 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../../.." && pwd)
-if [ "${1:-}" = --repo ]; then REPO=$(cd "$2" && pwd); shift 2; fi
+PREBUILT=
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --repo) REPO=$(cd "$2" && pwd); shift 2 ;;
+        --prebuilt) PREBUILT=$(cd "$2" && pwd); shift 2 ;;
+        *) break ;;
+    esac
+done
 DEST=${1:-$REPO/.dev-gpu}
 CACHE=$HOME/.cache/geist/gpukit
 PY=$REPO/.venv/bin/python
@@ -109,6 +118,13 @@ for name in smollm2 gemma3; do
     fi
 done
 
+# --- llama.cpp's tools built on an earlier device machine, if given
+rm -rf "$DEST/prebuilt"
+if [ -n "$PREBUILT" ]; then
+    mkdir -p "$DEST/prebuilt"
+    cp "$PREBUILT"/llama-*-bin.tgz.part-* "$DEST/prebuilt/"
+fi
+
 # --- the scripts, and what this kit was made from
 cp "$HERE/device.sh" "$HERE/bench.py" "$HERE/standin.py" "$HERE/README.md" "$DEST/"
 {
@@ -117,6 +133,7 @@ cp "$HERE/device.sh" "$HERE/bench.py" "$HERE/standin.py" "$HERE/README.md" "$DES
     echo "libgeist.so: $(sha256sum "$LIB" | cut -c1-16) $(date -u -r "$LIB" +%FT%TZ)"
     for d in "$DEST"/debs-*/*.deb; do echo "deb: ${d#"$DEST"/}"; done
     for w in "$DEST"/wheels/*.whl; do echo "wheel: ${w#"$DEST"/}"; done
+    [ -z "$PREBUILT" ] || echo "prebuilt llama.cpp tools: $(ls "$DEST/prebuilt" | tr '\n' ' ')"
 } > "$DEST/MANIFEST.txt"
 
 SIZE=$(du -sb "$DEST" | cut -f1)
@@ -126,6 +143,7 @@ if [ $((SIZE + TREE)) -gt $LIMIT ]; then
     echo "pack.sh: over the 64 MiB a device call carries: split it over calls" >&2
     exit 1
 fi
-if ! git -C "$(dirname "$DEST")" check-ignore -q "$DEST" 2>/dev/null; then
+if git -C "$(dirname "$DEST")" rev-parse --is-inside-work-tree >/dev/null 2>&1 \
+        && ! git -C "$(dirname "$DEST")" check-ignore -q "$DEST"; then
     echo "note: $DEST is not ignored by git; add /$(basename "$DEST")/ to .git/info/exclude"
 fi
