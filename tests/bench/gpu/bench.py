@@ -386,7 +386,9 @@ def main() -> int:
             for b in BUILDS:
                 bindir = a.work / f"build-{b}" / "bin"
                 if not (bindir / "llama-bench").exists():
-                    m["llama"][b] = {"error": f"not built ({a.work}/logs/build-{b}.log)"}
+                    log = a.work / "logs" / f"build-{b}.log"
+                    tail = _tail(log.read_text(errors="replace"), 20) if log.exists() else ""
+                    m["llama"][b] = {"error": f"not built ({log})", "build_log_tail": tail}
                     continue
                 lenv = dict(base, LD_LIBRARY_PATH=a.llama_vulkan_ld) if b == "vulkan" else base
                 t0 = time.time()
