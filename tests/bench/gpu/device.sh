@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# The GPU benchmark kit's device side (tests/bench/gpu/README.md), run on the NVIDIA H200 device
+# machine from the kit folder that pack.sh assembled and a device call carried:
+#
+#   bash .dev-gpu/device.sh setup        unpack the libraries and tools, install the wheels,
+#                                        unpack llama.cpp, make the model stand-ins (idempotent)
+#   bash .dev-gpu/device.sh start        setup, then both llama.cpp builds in the background
+#                                        (setsid: they outlive the call while the machine is warm)
+#   bash .dev-gpu/device.sh wait [S]     wait up to S seconds (default 540) for both builds;
+#                                        exit 0 once both finished (built or failed)
+#   bash .dev-gpu/device.sh build vulkan|cuda   one build in the foreground
+#   bash .dev-gpu/device.sh bench [ARGS] bench.py (ARGS: bench.py --help); results into $OUT
+#   bash .dev-gpu/device.sh check        the device as Vulkan, CUDA and geist see it
+#   bash .dev-gpu/device.sh all          setup, check, geist's bench (on the quiet machine), both
+#                                        builds, then llama.cpp's bench if it still fits in 590 s
+#   bash .dev-gpu/device.sh resume       the rest, in a second call if `all` ended "next: ...
+#                                        resume": wait 540 s, llama.cpp's bench
+#   bash .dev-gpu/device.sh save [DIR]   the built tools (bin/ of each build, stripped) as
+#                                        llama-{vulkan,cuda}-bin.tgz.part-* (15 MiB parts) into
+#                                        DIR (default $OUT): `pack.sh --prebuilt DIR` puts them
+#                                        in a later kit, whose setup then skips the builds
+#   --root DIR before the command puts /opt/... under DIR (a dry run of setup elsewhere)
+#
+# Everything lives in $W (/opt/gpukit) and two prefixes: Debian 12's libvulkan1 + X client
+# libraries in /opt/vk (geist's loader and what the NVIDIA ICD needs to load), Debian sid's
+# glslc/shaderc, Vulkan 1.4.363 loader + headers and SPIR-V headers in /opt/vksid (llama.cpp's
+# Vulkan build); nothing is unpacked over /.
+set -euo pipefail
+KIT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=
+if [ "${1:-}" = --root ]; then ROOT=$(mkdir -p "$2" && cd "$2" && pwd); shift 2; fi
+W=$ROOT/opt/gpukit
+VK=$ROOT/opt/vk
+SID=$ROOT/opt/vksid
+LIBDIR=usr/lib/x86_64-linux-gnu
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+export XDG_RUNTIME_DIR=/tmp/gpukit-xdg
+mkdir -p -m 700 "$XDG_RUNTIME_DIR"
+# geist's own processes: Debian 12's loader (dlopen'd by libgeist) and the ICD's X libraries
+GEIST_LD=$VK/$LIBDIR
+# llama.cpp's Vulkan tools: sid's loader first (they were built against it), then the X libraries
+LLAMA_VK_LD=$SID/$LIBDIR:$VK/$LIBDIR
+export NCCL_NVLS_ENABLE=0   # the machine's rule: NVLink multicast stays off
+
+log() { echo "[device.sh $(date -u +%T)] $*"; }
+
+setup() {
+    mkdir -p "$W/logs" "$W/models"
+    if [ ! -f "$W/.unpacked" ]; then
+        for d in "$KIT"/debs-bookworm/*.deb; do dpkg -x "$d" "$VK"; done
+        for d in "$KIT"/debs-sid/*.deb; do dpkg -x "$d" "$SID"; done
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$W/site" "$KIT"/wheels/*.whl
+        rm -rf "$W/llama.cpp"
+        tar xzf "$KIT/llama.cpp.tar.gz" -C "$W"
+        touch "$W/.unpacked"
+    fi
+    local k
+    for k in vulkan cuda; do  # tools built on an earlier machine (device.sh save)
+        if [ ! -f "$W/build-$k.ok" ] && compgen -G "$KIT/prebuilt/llama-$k-bin.tgz.part-*" >/dev/null
+        then
+            mkdir -p "$W/build-$k"
+            cat "$KIT/prebuilt/llama-$k-bin.tgz.part-"* | tar xzf - -C "$W/build-$k"
+            echo prebuilt > "$W/build-$k.ok"
+            log "build $k: prebuilt tools unpacked ($W/build-$k/bin)"
+        fi
+    done
+    for meta in "$KIT"/models/*.json; do
+        local name; name=$(basename "$meta" .json)
+        if [ ! -f "$W/models/$name.gguf" ]; then
+            python3 "$KIT/standin.py" make "$meta" "$W/models/$name.gguf"
+            python3 "$KIT/standin.py" check "$meta" "$W/models/$name.gguf"
+        fi
+    done
+    log "setup done: $(ls "$W/models")"
+}
+
+build() {  # vulkan | cuda
+    local kind=$1 B=$W/build-$1
+    local common=(-S "$W/llama.cpp" -B "$B" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON
+                  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+                  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF)
+    command -v ninja >/dev/null && common+=(-G Ninja)
+    rm -f "$B.ok" "$B.failed"
+    local t0=$SECONDS
+    (
+        set -e
+        if [ "$kind" = vulkan ]; then
+            export PATH=$SID/usr/bin:$PATH LD_LIBRARY_PATH=$LLAMA_VK_LD
+            cmake "${common[@]}" -DGGML_VULKAN=ON -DVulkan_INCLUDE_DIR="$SID/usr/include" \
+                -DVulkan_LIBRARY="$SID/$LIBDIR/libvulkan.so" \
+                -DVulkan_GLSLC_EXECUTABLE="$SID/usr/bin/glslc"
+        elif [ "$kind" = cuda ]; then
+            local nvcc; nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+            cmake "${common[@]}" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+                -DGGML_CUDA_NCCL=OFF -DCMAKE_CUDA_COMPILER="$nvcc"
+        else
+            echo "unknown build '$kind' (vulkan or cuda)"; exit 2
+        fi
+        cmake --build "$B" --target llama-bench llama-batched-bench -j"${JOBS:-16}"
+    ) > "$W/logs/build-$kind.log" 2>&1 && ok=1 || ok=0
+    if [ $ok = 1 ]; then
+        echo "$((SECONDS - t0))" > "$B.ok"; log "build $kind: done in $((SECONDS - t0)) s"
+    else
+        echo "$((SECONDS - t0))" > "$B.failed"
+        log "build $kind: FAILED after $((SECONDS - t0)) s; end of $W/logs/build-$kind.log:"
+        tail -30 "$W/logs/build-$kind.log"
+        return 1
+    fi
+}
+
+start() {
+    setup
+    for k in vulkan cuda; do
+        if [ -f "$W/build-$k.ok" ]; then log "build $k: already built"; continue; fi
+        rm -f "$W/build-$k.failed"
+        touch "$W/build-$k.running"
+        setsid nohup bash -c "bash '$KIT/device.sh' ${ROOT:+--root '$ROOT'} build $k; rm -f '$W/build-$k.running'" \
+            > "$W/logs/start-$k.log" 2>&1 < /dev/null &
+        log "build $k: started in the background ($W/logs/build-$k.log)"
+    done
+}
+
+wait_builds() {  # [seconds]
+    local limit=${1:-540} t0=$SECONDS
+    while [ -f "$W/build-vulkan.running" ] || [ -f "$W/build-cuda.running" ]; do
+        if [ $((SECONDS - t0)) -ge "$limit" ]; then
+            log "still building after ${limit} s:"
+            for k in vulkan cuda; do
+                [ -f "$W/build-$k.running" ] && echo "  $k: $(tail -1 "$W/logs/build-$k.log")"
+            done
+            return 3
+        fi
+        sleep 5
+    done
+    for k in vulkan cuda; do
+        if [ -f "$W/build-$k.ok" ]; then log "build $k: built ($(cat "$W/build-$k.ok") s)" \
+            | sed 's/(prebuilt s)/(prebuilt)/'
+        elif [ -f "$W/build-$k.failed" ]; then
+            log "build $k: FAILED"; tail -20 "$W/logs/build-$k.log" 2>/dev/null || true
+        else log "build $k: not started (device.sh start)"; fi
+    done
+}
+
+bench() {
+    PYTHONUNBUFFERED=1 python3 "$KIT/bench.py" --kit "$KIT" --work "$W" \
+        --geist-ld "$GEIST_LD" --llama-vulkan-ld "$LLAMA_VK_LD" "$@"
+}
+
+save() {  # [dir]
+    local out=${1:-${OUT:?no OUT: give a folder}} k
+    mkdir -p "$out"
+    for k in vulkan cuda; do
+        [ -f "$W/build-$k.ok" ] || { log "save: $k is not built"; continue; }
+        local t; t=$(mktemp -d)
+        cp -a "$W/build-$k/bin" "$t/bin"
+        find "$t/bin" -type f \( -name '*.so*' -o -perm -u+x \) -exec strip --strip-unneeded {} + \
+            2>/dev/null || true
+        tar czf - -C "$t" bin | split -b 15M -d - "$out/llama-$k-bin.tgz.part-"
+        rm -rf "$t"
+        log "save: $k -> $(ls "$out"/llama-$k-bin.tgz.part-* | wc -l) part(s), $(du -ch "$out"/llama-$k-bin.tgz.part-* | tail -1 | cut -f1)"
+    done
+}
+
+check() {
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    LD_LIBRARY_PATH=$GEIST_LD "$VK/usr/bin/vulkaninfo" --summary 2>&1 | grep -E \
+        "apiVersion|driverVersion|deviceName|deviceType" || echo "vulkaninfo: no device"
+    LD_LIBRARY_PATH=$GEIST_LD PYTHONPATH=$KIT/python:$W/site python3 -c \
+        "import geist; e = geist.Engine(backend='vulkan'); print('geist vulkan:', e.device); e.close()"
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    setup) setup ;;
+    build) setup; build "$1" ;;
+    start) start ;;
+    wait) wait_builds "${1:-540}" ;;
+    bench) bench "$@" ;;
+    check) check ;;
+    save) save "${1:-}" ;;
+    all)  # sized for one call of 600 s: the llama.cpp part (about 2 minutes) only if it fits
+        setup
+        check || log "check failed: geist's part will report why; llama.cpp's part goes on"
+        bench --only geist --fresh "$@"
+        start
+        left=$((590 - 150 - SECONDS))
+        if wait_builds $((left > 0 ? left : 0)); then
+            bench --only llama "$@"
+        else
+            log "next: bash .dev-gpu/device.sh resume (at once, while the machine is warm)"
+            exit 3
+        fi ;;
+    resume)
+        wait_builds 540
+        bench --only llama "$@" ;;
+    *) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "${BASH_SOURCE[0]}"
+       exit 2 ;;
+esac
