@@ -595,8 +595,9 @@ typedef struct geist_request {
  * the call. With GEIST_ACTION_REQUIRED, where the model would end its turn (its end-of-turn
  * tokens' probability) it starts the call line instead, and once the tokens left come down to
  * what the longest action's call needs, the call starts. The speech holds no '<', so a model
- * cannot write a turn marker such as "<|im_end|>" as text (a stop string would end the reply
- * without its call); a stop string of the request can still end a reply before its call.
+ * cannot write a turn marker such as "<|im_end|>" as text. Stop strings (the request's and the
+ * template's) apply to the speech only: never to the newline that starts the call line nor to
+ * the call (a stop string "\n" or one inside a string argument cannot cut the call).
  *
  * Events: the TOKEN pieces and the FINISHED text are the speech only (the newline before the
  * marker, the marker and the call are never streamed: text that could begin the marker is held

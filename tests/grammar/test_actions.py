@@ -196,3 +196,25 @@ def test_stop_strings_never_cut_the_call(fixture_model: geist.Model, seed: int) 
     assert res.finish_reason == "stop", res
     assert res.action is not None, res
     _check_reply(res, pieces)
+
+
+def test_cli_run_with_actions(smollm2_path: Any, tmp_path: Any,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`geist run --chat --actions FILE --action-choice required`: the speech, then the call
+    (validated against its action's schema) on an `action:` line."""
+    from geist import cli
+
+    f = tmp_path / "actions.json"
+    f.write_text(json.dumps([{"name": a.name, "description": a.description,
+                              **({"parameters": a.parameters} if a.parameters else {})}
+                             for a in ACTIONS]))
+    assert cli.main(["run", str(smollm2_path), "I need a sword, please.", "--chat",
+                     "--actions", str(f), "--action-choice", "required",
+                     "--max-tokens", "48", "--max-seq-len", "512"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("action: "))
+    call = ActionCall.from_json(line.removeprefix("action: "))
+    jsonschema.validate(call.arguments, schema_of(call.name))
+    f.write_text('{"name": "x"}')
+    with pytest.raises(SystemExit, match="JSON list"):
+        cli.main(["run", str(smollm2_path), "hi", "--actions", str(f)])
