@@ -573,7 +573,10 @@ typedef struct geist_request {
      * compiled object; thread-safe). A grammar that does not compile fails geist_submit with
      * GEIST_ERR_INVALID_ARGUMENT. When no token is allowed, or the grammar cannot be completed
      * within the tokens left of max_tokens, the request finishes with GEIST_FINISH_GRAMMAR.
-     * When the grammar admits nothing but its end, the request finishes with STOP. */
+     * When the grammar admits nothing but its end, the request finishes with STOP. Under a
+     * grammar the chat template's end strings are not stop strings (the grammar decides the end;
+     * "<|im_end|>" written as text is content); the request's own stop strings still end the
+     * reply where they match (STOP: the text is then only a prefix of a sentence). */
     const char *grammar;  /* NUL-terminated GBNF or JSON Schema text */
     int32_t grammar_kind; /* geist_grammar_kind (NONE: grammar is ignored) */
     /* NPC actions (see "Actions" below): the reply is speech, then optionally one call of one

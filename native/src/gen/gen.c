@@ -47,11 +47,16 @@ void gt_gen_free(gt_gen *g) {
     memset(g, 0, sizeof *g);
 }
 
-/* The request's stop strings, then (for a conversation) the template's end-of-turn strings. */
+/* The request's stop strings, then (for a conversation) the template's end-of-turn strings,
+ * except under a grammar: there the grammar decides where the reply may end (the end-of-turn
+ * tokens are allowed exactly there), and a turn marker the model writes as text ("<|im_end|>"
+ * inside a string the grammar allows) is content, not the end of a reply that would then stop
+ * short of its grammar (Gemma 3 under the built-in ChatML template did). */
 static geist_status copy_stops(gt_gen *g, const gt_gen_input *in, bool chat, gt_err *err) {
     const char *tmpl_stop[16];
     size_t n_tmpl = 0;
-    if (chat && gt_chat_stop_strings(g->model, tmpl_stop, 16, &n_tmpl) != GEIST_OK) n_tmpl = 0;
+    if (chat && !in->grammar && gt_chat_stop_strings(g->model, tmpl_stop, 16, &n_tmpl) != GEIST_OK)
+        n_tmpl = 0;
     g->stop = gt_calloc(in->n_stop + n_tmpl + 1, sizeof(char *));
     if (!g->stop) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (stop strings)");
     for (size_t i = 0; i < in->n_stop + n_tmpl; i++) {
