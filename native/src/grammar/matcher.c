@@ -795,11 +795,19 @@ static bool chains_build(gt_grammar *g) {
         m[x] = base;
         for (uint32_t y = r, k = len; y != x; y = nxt[y], k--) m[y] = base + k;
     }
+    /* a link's only reference must be its predecessor's tail (then every link has the same
+     * follow set, which the shared walk's uncertain tokens depend on); the top may be used
+     * anywhere */
+    uint32_t *refs = ok ? calloc(nr, sizeof *refs) : NULL;
+    ok = ok && refs;
+    for (uint32_t p = 0; ok && p < R->n_pos; p++)
+        if (R->ek[p] == GE_RULE && R->ev[p] < nr) refs[R->ev[p]]++;
     for (uint32_t r = 0; ok && r < nr; r++)
         if (m[r] > 1) {
             const uint32_t y = nxt[r];
-            pred[y] = pred[y] == NONE ? r : NONE - 1; /* NONE - 1: several */
+            pred[y] = pred[y] == NONE && refs[y] == 1 ? r : NONE - 1; /* NONE - 1: no single one */
         }
+    free(refs);
     for (uint32_t r = 0; ok && r < nr; r++) {
         if (!m[r]) continue;
         uint32_t t = r;
