@@ -81,7 +81,7 @@ typedef struct gt_vocab {
     uint16_t *tdepth; /* 1 for the root's children */
     uint32_t *tskip;
     uint32_t *ttok;   /* n_nodes + 1 entries */
-    uint16_t *tend;
+    uint32_t *tend;
 } gt_vocab;
 
 #endif

@@ -96,7 +96,7 @@ struct gt_grammar {
     /* counted repetitions (x{0,n} compiled to R_n ::= x R_{n-1} | ""): per position, the chain
      * index m of a chain entry (0: none) and the same slot's position in the chain's top rule */
     uint32_t *ch_m, *ch_top;
-    int32_t *memo_v; /* per set id during a chain walk: need + 1, 0 unknown */
+    int32_t *memo_v; /* per set id during a chain walk (memo_s == memo_gen): chain_need */
     uint32_t *memo_s;
     uint32_t memo_cap, memo_gen;
     uint64_t walk_work; /* trie nodes visited by token-class walks */
