@@ -514,7 +514,10 @@ typedef enum geist_grammar_kind {
 
 /* Compiles a grammar or schema without generating, to report errors early (a front end's
  * validation). model may be NULL (syntax and limits only; a model also builds its vocabulary
- * cache and caches the compiled grammar for later requests). Errors: GEIST_ERR_INVALID_ARGUMENT
+ * cache and caches the compiled grammar for later requests). A compile with a model precomputes
+ * the grammar's token classes (Gemma 3's 262k vocabulary: about 25 ms for an NPC's action
+ * schema), on the calling thread; geist_submit compiles a request's new grammar the same way,
+ * so a game may call this at load (or on a worker thread) to keep it off a frame. Errors: GEIST_ERR_INVALID_ARGUMENT
  * with a message (geist_last_error) naming the line/column or schema path and the problem. */
 GEIST_API geist_status geist_grammar_check(geist_model *model, const char *text, int32_t kind);
 
@@ -573,7 +576,10 @@ typedef struct geist_request {
      * compiled object; thread-safe). A grammar that does not compile fails geist_submit with
      * GEIST_ERR_INVALID_ARGUMENT. When no token is allowed, or the grammar cannot be completed
      * within the tokens left of max_tokens, the request finishes with GEIST_FINISH_GRAMMAR.
-     * When the grammar admits nothing but its end, the request finishes with STOP. */
+     * When the grammar admits nothing but its end, the request finishes with STOP. Under a
+     * grammar the chat template's end strings are not stop strings (the grammar decides the end;
+     * "<|im_end|>" written as text is content); the request's own stop strings still end the
+     * reply where they match (STOP: the text is then only a prefix of a sentence). */
     const char *grammar;  /* NUL-terminated GBNF or JSON Schema text */
     int32_t grammar_kind; /* geist_grammar_kind (NONE: grammar is ignored) */
     /* NPC actions (see "Actions" below): the reply is speech, then optionally one call of one
@@ -595,8 +601,9 @@ typedef struct geist_request {
  * the call. With GEIST_ACTION_REQUIRED, where the model would end its turn (its end-of-turn
  * tokens' probability) it starts the call line instead, and once the tokens left come down to
  * what the longest action's call needs, the call starts. The speech holds no '<', so a model
- * cannot write a turn marker such as "<|im_end|>" as text (a stop string would end the reply
- * without its call); a stop string of the request can still end a reply before its call.
+ * cannot write a turn marker such as "<|im_end|>" as text. Stop strings (the request's and the
+ * template's) apply to the speech only: never to the newline that starts the call line nor to
+ * the call (a stop string "\n" or one inside a string argument cannot cut the call).
  *
  * Events: the TOKEN pieces and the FINISHED text are the speech only (the newline before the
  * marker, the marker and the call are never streamed: text that could begin the marker is held

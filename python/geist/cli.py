@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 DEFAULT_PERSONA = (
     "You are Brom, the blacksmith of a small mountain village. You are gruff but kind, proud of "
@@ -58,9 +59,38 @@ def _sampling_args(p: argparse.ArgumentParser, default_temperature: float) -> No
                    "models) or auto (default: the best CPU backend)")
 
 
+def _actions_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--actions", metavar="FILE",
+                   help="NPC actions the reply may call: a JSON list of {name, description, "
+                   "parameters} (docs/ACTIONS.md); the call is printed as 'action: {...}'")
+    p.add_argument("--action-choice", default="auto", choices=["auto", "required"],
+                   help="required: every reply ends with a call (default %(default)s)")
+
+
 def _sampling(ns: argparse.Namespace) -> dict[str, float | int]:
     return {"temperature": ns.temperature, "top_k": ns.top_k, "top_p": ns.top_p,
             "min_p": ns.min_p, "repeat_penalty": ns.repeat_penalty, "seed": ns.seed}
+
+
+def _load_actions(file: str) -> list[Any]:
+    """The actions of an --actions FILE: a JSON list of {name, description, parameters}
+    objects (parameters: a JSON Schema object, or absent for an action without arguments)."""
+    from geist.actions import action_from
+
+    try:
+        data = json.loads(Path(file).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"geist: --actions {file}: {e}") from None
+    if not isinstance(data, list) or not all(isinstance(a, dict) and "name" in a for a in data):
+        raise SystemExit(f"geist: --actions {file}: expected a JSON list of objects with a "
+                         '"name" (and optionally "description" and "parameters")')
+    return [action_from(a) for a in data]
+
+
+def _action_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    if not ns.actions:
+        return {}
+    return {"actions": _load_actions(ns.actions), "action_choice": ns.action_choice}
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
@@ -68,14 +98,15 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
     model_name, prompt = _split_model_and_text(ns.args)
     path = _resolve_model(model_name)
-    constraint: dict[str, str] = {}
-    if ns.grammar and ns.json_schema:
-        print("geist run: give --grammar or --json-schema, not both", file=sys.stderr)
+    constraint: dict[str, Any] = {}
+    if sum(bool(x) for x in (ns.grammar, ns.json_schema, ns.actions)) > 1:
+        print("geist run: give one of --grammar, --json-schema and --actions", file=sys.stderr)
         return 2
     if ns.grammar:
         constraint["grammar"] = Path(ns.grammar).read_text(encoding="utf-8")
     if ns.json_schema:
         constraint["json_schema"] = Path(ns.json_schema).read_text(encoding="utf-8")
+    constraint.update(_action_kwargs(ns))
     with geist.Model.load(path, backend=ns.backend) as model, \
             model.session(max_seq_len=ns.max_seq_len, kv_mode=ns.kv_mode) as s:
         try:
@@ -96,6 +127,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
         res = pieces.result()
         n = len(res.ids)
         sys.stdout.write("\n")
+        if res.action is not None:
+            print(f"action: {res.action.json}")
         if ns.ids:
             print(f"ids: {res.ids}")
         print(f"[{n} tokens, {n / dt if dt > 0 else 0:.1f} tokens/s, "
@@ -112,6 +145,7 @@ def cmd_chat(ns: argparse.Namespace) -> int:
     if ns.persona:
         messages.append({"role": "system", "content": ns.persona})
     lines = [ns.say] if ns.say else None
+    acts = _action_kwargs(ns)
     with geist.Model.load(path, backend=ns.backend) as model, \
             model.session(max_seq_len=ns.max_seq_len, kv_mode=ns.kv_mode) as s:
         if lines is None:
@@ -132,18 +166,23 @@ def cmd_chat(ns: argparse.Namespace) -> int:
                 break
             messages.append({"role": "user", "content": line})
             try:
-                reply = ""
-                for piece in s.chat(messages, max_tokens=ns.max_tokens, **_sampling(ns)):
-                    reply += piece.text
+                gen = s.chat(messages, max_tokens=ns.max_tokens, **acts,  # type: ignore[arg-type]
+                             **_sampling(ns))
+                for piece in gen:
                     sys.stdout.write(piece.text)
                     sys.stdout.flush()
+                res = gen.result()
             except geist.CapacityError as e:
                 print(f"\n[the conversation is full: {e}; starting over]", file=sys.stderr)
                 s.reset()
                 messages = messages[:1] if ns.persona else []
                 continue
             sys.stdout.write("\n")
-            messages.append({"role": "assistant", "content": reply.strip()})
+            reply = res.text.strip()
+            if res.action is not None:  # the transcript keeps the call line (docs/ACTIONS.md)
+                print(f"[action: {res.action.json}]")
+                reply = f"{reply}\n{res.action.line}"
+            messages.append({"role": "assistant", "content": reply})
     return 0
 
 
@@ -340,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--grammar", metavar="FILE", help="constrain the output to a GBNF grammar")
     r.add_argument("--json-schema", metavar="FILE",
                    help="constrain the output to a JSON Schema (docs/GRAMMAR.md: the subset)")
+    _actions_args(r)
     _sampling_args(r, default_temperature=0.0)
     r.set_defaults(func=cmd_run)
 
@@ -347,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", nargs="?", default=None)
     c.add_argument("--persona", default=DEFAULT_PERSONA, help="system message ('' for none)")
     c.add_argument("--say", default=None, help="say one line and exit (non-interactive)")
+    _actions_args(c)
     _sampling_args(c, default_temperature=0.7)
     c.set_defaults(func=cmd_chat)
 

@@ -94,3 +94,20 @@ item ::= "apple" | "apricot" | "banana" | "band" | [0-9]+
 SUITE: list[tuple[str, int, str]] = [(k, GBNF, v) for k, v in _GBNF.items()] + [
     (k, JSON_SCHEMA, json.dumps(v)) for k, v in _SCHEMAS.items()
 ]
+
+# Counted repetitions, which the matcher's shared chain walks handle (docs/GRAMMAR.md, "Counted
+# repetitions"): two chains over the same bytes (ambiguous splits), nested chains, a chain whose
+# link is not prefix-free (no shared walk), multi-byte characters, a minimum count, a
+# hand-written chain whose last link is also used elsewhere, strings in a list with a count.
+CHAIN_CASES: list[tuple[str, int, str]] = [
+    (k, GBNF, v) for k, v in {
+        "chain_two_over_same_bytes": 'root ::= [a-z]{0,5} [a-z]{0,3} "."\n',
+        "chain_nested": 'root ::= ("x" [a-c]{0,3}){0,4} "!"\n',
+        "chain_not_prefix_free": 'root ::= ("a" | "ab"){0,5} "c"\n',
+        "chain_utf8": 'root ::= [^\\x00-\\x7F]{0,7} "|" [0-9]{1,12}\n',
+        "chain_min_count": 'root ::= "<" [a-f0-9]{3,9} ">" ([a-z]{0,2} ",")* "."\n',
+        "chain_shared_link": 'root ::= r2 r1 "."\nr2 ::= "q" r1 | ""\nr1 ::= "q" | ""\n',
+        "chain_of_strings": 'root ::= "[" (str ("," str){0,5})? "]"\n'
+                            'str ::= "\\"" [^"\\\\]{0,12} "\\""\n',
+    }.items()
+]

@@ -170,3 +170,51 @@ def test_gemma3_calls_too(gemma3_path: Any) -> None:
     res = gen.result()
     assert res.finish_reason == "stop" and res.action is not None, res
     _check_reply(res, pieces)
+
+
+@pytest.fixture(scope="module")
+def fixture_model(tmp_path_factory: pytest.TempPathFactory) -> geist.Model:
+    from geist import testing
+
+    path = testing.build_fixture(tmp_path_factory.mktemp("act") / "llama.gguf", arch="llama",
+                                 weight_type="Q8_0", seed=5)
+    return geist.Model.load(path)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_stop_strings_never_cut_the_call(fixture_model: geist.Model, seed: int) -> None:
+    """A request's stop strings apply to the speech only: "\\n" (where the call line starts) and
+    strings that occur in every call ('<call>', '{"name"') used to end a required reply before or
+    inside its call, leaving no ACTION. The speech can hold neither '<' nor a newline, so none of
+    these can match there: the reply must end with its call, whatever the (random) model says."""
+    s = fixture_model.session(max_seq_len=256, seed=seed)
+    prompt = fixture_model.tokenize("Brom says:")  # ids: no action section (a small context)
+    gen = s.generate(prompt, max_tokens=200, actions=ACTIONS, action_choice="required",
+                     temperature=1.0, stop=["\n", "<call>", '<call>{"name"', "<|im_end|>"])
+    pieces = [p.text for p in gen]
+    res = gen.result()
+    assert res.finish_reason == "stop", res
+    assert res.action is not None, res
+    _check_reply(res, pieces)
+
+
+def test_cli_run_with_actions(smollm2_path: Any, tmp_path: Any,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`geist run --chat --actions FILE --action-choice required`: the speech, then the call
+    (validated against its action's schema) on an `action:` line."""
+    from geist import cli
+
+    f = tmp_path / "actions.json"
+    f.write_text(json.dumps([{"name": a.name, "description": a.description,
+                              **({"parameters": a.parameters} if a.parameters else {})}
+                             for a in ACTIONS]))
+    assert cli.main(["run", str(smollm2_path), "I need a sword, please.", "--chat",
+                     "--actions", str(f), "--action-choice", "required",
+                     "--max-tokens", "48", "--max-seq-len", "512"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("action: "))
+    call = ActionCall.from_json(line.removeprefix("action: "))
+    jsonschema.validate(call.arguments, schema_of(call.name))
+    f.write_text('{"name": "x"}')
+    with pytest.raises(SystemExit, match="JSON list"):
+        cli.main(["run", str(smollm2_path), "hi", "--actions", str(f)])

@@ -90,3 +90,19 @@ def test_real_models_json_schema(which: str, temperature: float) -> None:
         r = s.chat(talk, max_tokens=120, json_schema=schema, temperature=temperature).result()
         assert r.finish_reason == "stop", r
         jsonschema.validate(r.json(), schema)
+
+
+def test_fixture_template_end_strings_are_content_under_a_grammar(model: geist.Model) -> None:
+    """A chat reply under a grammar ends where the grammar lets it (end-of-turn tokens), not at
+    the template's end strings written as text: "<|im_end|>" inside the grammar's language used
+    to cut the reply short of its grammar while it finished "stop" (Gemma 3 under the built-in
+    ChatML template wrote it inside a JSON string). The request's own stop strings still apply."""
+    marker = next(x for x in model.chat_stop_strings() if x.startswith("<"))
+    g = 'root ::= "x' + marker.replace('"', '\\"') + 'y"\n'
+    talk = [{"role": "user", "content": "hi"}]
+    s = model.session(max_seq_len=256, seed=3)
+    r = s.chat(talk, max_tokens=48, grammar=g, temperature=1.0).result()
+    assert (r.text, r.finish_reason) == ("x" + marker + "y", "stop"), r
+    s.reset()
+    r2 = s.chat(talk, max_tokens=48, grammar=g, temperature=1.0, stop=["y"]).result()
+    assert (r2.text, r2.finish_reason) == ("x" + marker, "stop"), r2

@@ -26,12 +26,13 @@ from geist.grammar import JSON_SCHEMA, json_schema_to_gbnf
 pytest.importorskip("llguidance")
 
 import oracle
-from suite import SUITE
+from suite import CHAIN_CASES, SUITE
 
 
-def _check(model: geist.Model, n_seq: int, max_steps: int) -> None:
+def _check(model: geist.Model, n_seq: int, max_steps: int,
+           cases: list[tuple[str, int, str]] = SUITE) -> None:
     bad = []
-    for i, (name, kind, text) in enumerate(SUITE):
+    for i, (name, kind, text) in enumerate(cases):
         ll = json_schema_to_gbnf(text) if kind == JSON_SCHEMA else None
         r = oracle.run_sequences(
             model, text, n_seq, max_steps, seed=1000 + i, kind=kind, ll_text=ll
@@ -62,10 +63,16 @@ def test_oracle_fixture_vocab(fixture_model: geist.Model) -> None:
     _check(fixture_model, n_seq=4, max_steps=30)
 
 
+def test_oracle_counted_repetitions(fixture_model: geist.Model) -> None:
+    _check(fixture_model, n_seq=6, max_steps=30, cases=CHAIN_CASES)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["smollm2", "gemma3"])
 def test_oracle_real_models(which: str) -> None:
     from geist import models
 
     path = models.smollm2_path() if which == "smollm2" else models.gemma3_path()
-    _check(geist.Model.load(path), n_seq=3, max_steps=40)
+    m = geist.Model.load(path)
+    _check(m, n_seq=3, max_steps=40)
+    _check(m, n_seq=4, max_steps=30, cases=CHAIN_CASES)

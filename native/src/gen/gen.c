@@ -47,11 +47,16 @@ void gt_gen_free(gt_gen *g) {
     memset(g, 0, sizeof *g);
 }
 
-/* The request's stop strings, then (for a conversation) the template's end-of-turn strings. */
+/* The request's stop strings, then (for a conversation) the template's end-of-turn strings,
+ * except under a grammar: there the grammar decides where the reply may end (the end-of-turn
+ * tokens are allowed exactly there), and a turn marker the model writes as text ("<|im_end|>"
+ * inside a string the grammar allows) is content, not the end of a reply that would then stop
+ * short of its grammar (Gemma 3 under the built-in ChatML template did). */
 static geist_status copy_stops(gt_gen *g, const gt_gen_input *in, bool chat, gt_err *err) {
     const char *tmpl_stop[16];
     size_t n_tmpl = 0;
-    if (chat && gt_chat_stop_strings(g->model, tmpl_stop, 16, &n_tmpl) != GEIST_OK) n_tmpl = 0;
+    if (chat && !in->grammar && gt_chat_stop_strings(g->model, tmpl_stop, 16, &n_tmpl) != GEIST_OK)
+        n_tmpl = 0;
     g->stop = gt_calloc(in->n_stop + n_tmpl + 1, sizeof(char *));
     if (!g->stop) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (stop strings)");
     for (size_t i = 0; i < in->n_stop + n_tmpl; i++) {
@@ -320,6 +325,17 @@ fail:
     return st;
 }
 
+/* Where stop strings may match: the whole reply, or with actions only the speech. The speech is
+ * one line (the grammar keeps newlines out of it), so the first newline is where the call line
+ * starts: the call is the grammar's, and a stop string of the request (or a template end string
+ * such as "<|im_end|>" inside a string argument) must not cut it, nor may a stop string that
+ * holds or follows that newline (stop "\n" would otherwise end every reply before its call). */
+static size_t stop_limit(const gt_gen *g) {
+    if (!g->n_actions || !g->out) return g->out_len;
+    const char *nl = memchr(g->out, '\n', g->out_len);
+    return nl ? (size_t)(nl - g->out) : g->out_len;
+}
+
 /* Trailing bytes of out[from..len) that could still begin a stop string. */
 static size_t held_back(const gt_gen *g, size_t from, size_t len) {
     size_t keep = 0;
@@ -339,11 +355,12 @@ static size_t held_back(const gt_gen *g, size_t from, size_t len) {
 /* First stop string occurrence in out that may involve bytes after `from` (SIZE_MAX: none). */
 static size_t stop_hit(const gt_gen *g, size_t from) {
     size_t best = SIZE_MAX;
+    const size_t lim = stop_limit(g);
     for (size_t i = 0; i < g->n_stop; i++) {
         const size_t sl = strlen(g->stop[i]);
-        if (sl == 0 || sl > g->out_len) continue;
+        if (sl == 0 || sl > lim) continue;
         const size_t start = from + 1 > sl ? from + 1 - sl : 0;
-        for (size_t p = start; p + sl <= g->out_len && p < best; p++)
+        for (size_t p = start; p + sl <= lim && p < best; p++)
             if (memcmp(g->out + p, g->stop[i], sl) == 0) {
                 best = p;
                 break;
@@ -480,7 +497,8 @@ gt_gen_step gt_gen_token(gt_gen *g, int32_t id, const char **piece, size_t *piec
         upto = hit;
         *finish_after = GEIST_FINISH_STOP;
     } else {
-        size_t keep = held_back(g, g->emitted, g->out_len);
+        const size_t lim = stop_limit(g);
+        size_t keep = lim == g->out_len ? held_back(g, g->emitted, g->out_len) : 0;
         const size_t mk = g->n_actions && g->call_at == SIZE_MAX ? marker_held(g) : 0;
         upto = g->out_len - (mk > keep ? mk : keep);
         if (g->matcher && gt_matcher_is_done(g->matcher)) *finish_after = GEIST_FINISH_STOP;
@@ -489,7 +507,7 @@ gt_gen_step gt_gen_token(gt_gen *g, int32_t id, const char **piece, size_t *piec
                                                                          : GEIST_FINISH_LENGTH;
     }
     if (g->call_at != SIZE_MAX) {
-        if (g->call_at > g->out_len) g->call_at = SIZE_MAX; /* a stop string came first */
+        if (g->call_at > g->out_len) g->call_at = SIZE_MAX; /* a stop string in the speech */
         else if (upto > speech_end(g)) upto = speech_end(g);
     }
     if (upto > g->emitted) {

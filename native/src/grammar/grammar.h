@@ -10,11 +10,16 @@
  *    tokens that split a character (byte-fallback tokens, BPE fragments) need no special case;
  *  - a pushdown matcher keeps a set of stacks of grammar positions (llama.cpp's model: the top
  *    is always a byte-set element, the entries below are return positions);
- *  - the vocabulary is sorted by bytes once per model (shared prefixes walked once);
+ *  - the vocabulary is sorted by bytes once per model and kept as a preorder trie (shared
+ *    prefixes walked once, a dead prefix's subtree skipped in one step);
  *  - per context (the top 4 positions of a stack, or the whole stack) the tokens are classified
- *    once (lazily, cached in the grammar): accepted without leaving the context (whatever lies
- *    below), rejected, or uncertain (the deepest entry's rule can end inside the token and the
- *    next byte may follow it): only uncertain tokens are checked against the whole stack;
+ *    once (cached in the grammar): accepted without leaving the context (whatever lies below),
+ *    rejected, or uncertain (the deepest entry's rule can end inside the token and the next byte
+ *    may follow it): only uncertain tokens are checked against the whole stack;
+ *  - contexts that differ only in a counted repetition's count (x{0,n}) share one walk that
+ *    keeps the repetitions each accepted token needs;
+ *  - the contexts reachable from the start are built when the grammar is compiled (bounded), the
+ *    rest on first use;
  *  - stacks and stack sets are interned and byte transitions memoized (bounded tables, cleared
  *    when full; a matcher keeps its own copy of its state).
  * Hard limits (GT_GRAMMAR_MAX_*) bound text size, rules, nesting, repetition counts, stack depth

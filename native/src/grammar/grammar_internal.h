@@ -73,6 +73,15 @@ typedef struct gt_vocab {
     int32_t *eog;       /* end-of-generation ids */
     int32_t n_eog;
     uint32_t max_len;
+    /* the sorted tokens as a trie in preorder (node i's subtree is nodes i .. tskip[i] - 1; its
+     * tokens are sorted indices ttok[i] .. ttok[tskip[i]] - 1, those ending at node i first,
+     * tend[i] of them) */
+    uint32_t n_nodes;
+    uint8_t *tbyte;
+    uint16_t *tdepth; /* 1 for the root's children */
+    uint32_t *tskip;
+    uint32_t *ttok;   /* n_nodes + 1 entries */
+    uint32_t *tend;
 } gt_vocab;
 
 #endif

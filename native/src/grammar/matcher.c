@@ -58,12 +58,20 @@ typedef struct pcache {
     uint32_t n_acc;
     int32_t *unc;
     uint32_t n_unc;
+    /* a counted-repetition context (see chains_build): the accepted tokens by the repetitions
+     * they need, nids[noff[k] .. noff[k + 1]) needing k (1 <= k <= M); acc_* unused */
+    bool chain;
+    uint32_t M;
+    int32_t *nids;
+    uint32_t *noff;  /* M + 2 entries */
+    uint32_t **nbits; /* M + 1 entries: lazily, tokens needing <= r */
 } pcache;
 
 typedef struct pentry {
     uint32_t key[GT_CTX_DEPTH]; /* top first */
     uint8_t klen;               /* 0: empty slot */
     bool whole;                 /* key is the whole stack (nothing below can follow) */
+    bool chain;                 /* a counted-repetition context (key[ci] is the chain's top) */
     pcache c;
 } pentry;
 
@@ -85,6 +93,13 @@ struct gt_grammar {
     uint32_t *scratch_bits; /* n_words */
     int32_t *scratch_states; /* walk states per depth */
     uint8_t *scratch_unc;
+    /* counted repetitions (x{0,n} compiled to R_n ::= x R_{n-1} | ""): per position, the chain
+     * index m of a chain entry (0: none) and the same slot's position in the chain's top rule */
+    uint32_t *ch_m, *ch_top;
+    int32_t *memo_v; /* per set id during a chain walk (memo_s == memo_gen): chain_need */
+    uint32_t *memo_s;
+    uint32_t memo_cap, memo_gen;
+    uint64_t walk_work; /* trie nodes visited by token-class walks */
     gt_grammar *next; /* in the cache's list */
 };
 
@@ -389,6 +404,11 @@ static void vocab_free(gt_vocab *v) {
     free(v->bytes);
     free(v->sorted_of);
     free(v->eog);
+    free(v->tbyte);
+    free(v->tdepth);
+    free(v->tskip);
+    free(v->ttok);
+    free(v->tend);
     free(v);
 }
 
@@ -447,6 +467,38 @@ static geist_status vocab_build(const gt_tokenizer *t, int32_t n_vocab, gt_vocab
     }
     v->n_tok = n;
     free(tk);
+    /* the trie in preorder: token i adds the nodes for its bytes past the common prefix */
+    size_t nn = 0;
+    for (int32_t i = 0; i < n; i++) nn += v->len[i] - (i > 0 ? v->lcp[i] : 0);
+    v->n_nodes = (uint32_t)nn;
+    v->tbyte = malloc(nn + 1);
+    v->tdepth = malloc((nn + 1) * sizeof *v->tdepth);
+    v->tskip = malloc((nn + 1) * sizeof *v->tskip);
+    v->ttok = malloc((nn + 1) * sizeof *v->ttok);
+    v->tend = calloc(nn + 1, sizeof *v->tend);
+    uint32_t *path = malloc(((size_t)v->max_len + 1) * sizeof *path);
+    if (!v->tbyte || !v->tdepth || !v->tskip || !v->ttok || !v->tend || !path) {
+        free(path);
+        vocab_free(v);
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (grammar vocabulary)");
+    }
+    uint32_t at_n = 0, open = 0; /* path[1..open]: the nodes of the previous token */
+    for (int32_t i = 0; i < n; i++) {
+        const uint32_t c = i > 0 ? v->lcp[i] : 0, l = v->len[i];
+        for (; open > c; open--) v->tskip[path[open]] = at_n;
+        const uint8_t *tb = v->bytes + v->off[i];
+        for (uint32_t d = c + 1; d <= l; d++) {
+            v->tbyte[at_n] = tb[d - 1];
+            v->tdepth[at_n] = (uint16_t)d;
+            v->ttok[at_n] = (uint32_t)i;
+            path[d] = at_n++;
+        }
+        open = l;
+        v->tend[path[l]]++;
+    }
+    for (; open > 0; open--) v->tskip[path[open]] = at_n;
+    v->ttok[at_n] = (uint32_t)n;
+    free(path);
     *out = v;
     return GEIST_OK;
 }
@@ -458,6 +510,11 @@ static void pcache_clear(pcache *c) {
     free(c->acc_bits);
     free(c->acc_ids);
     free(c->unc);
+    free(c->nids);
+    free(c->noff);
+    if (c->nbits)
+        for (uint32_t r = 0; r <= c->M; r++) free(c->nbits[r]);
+    free(c->nbits);
     memset(c, 0, sizeof *c);
 }
 
@@ -467,81 +524,163 @@ static geist_status fail_tables(gt_grammar *g, gt_err *err) {
 
 static const uint32_t no_follow[8] = {0};
 
+/* A chain context's walk: what the stacks of set s say about a token ending there, given the
+ * chain entry at depth L0 (from the bottom of the key stack) above node P: the repetitions the
+ * token needs (1..M), or 0 when only the whole stack can tell (uncertain). A stack still in the
+ * chain at depth L0 needs M - m + 1 (the repetitions begun); one inside the last repetition (x
+ * called on P itself) needs M; the stack P itself (the chain left after the token's last byte)
+ * needs one less than the stacks beside it that start the next repetition, or M when there are
+ * none (the last repetition ended). x is prefix-free (chains_build), so every stack of a set has
+ * begun the same number of repetitions. */
+static int32_t chain_need(gt_grammar *g, int32_t s, uint32_t L0, uint32_t P, uint32_t top, uint32_t M) {
+    gt_tables *T = &g->T;
+    if ((uint32_t)s < g->memo_cap && g->memo_s[s] == g->memo_gen) return g->memo_v[s];
+    int32_t need = 0;
+    bool popped = false, bad = false;
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (uint32_t i = 0; i < T->sets[s].n && !bad; i++) {
+        uint32_t x = T->pool[T->sets[s].off + i];
+        if (T->nodes[x].depth < L0) {
+            if (x == P) popped = true;
+            else bad = true;
+            continue;
+        }
+        while (T->nodes[x].depth > L0) x = T->nodes[x].parent;
+        if (T->nodes[x].parent != P) {
+            bad = true;
+            continue;
+        }
+        const uint32_t pos = T->nodes[x].pos;
+        uint32_t nd = M;
+        if (g->ch_m[pos]) {
+            if (g->ch_top[pos] != top) {
+                bad = true;
+                continue;
+            }
+            nd = M - g->ch_m[pos] + 1;
+        }
+        if (nd < lo) lo = nd;
+        if (nd > hi) hi = nd;
+    }
+    if (!bad) {
+        if (!popped) need = lo == UINT32_MAX ? 0 : (int32_t)lo;
+        else if (lo == UINT32_MAX) need = (int32_t)M;
+        else if (lo == hi && lo >= 2) need = (int32_t)lo - 1;
+    }
+    if ((uint32_t)s >= g->memo_cap) {
+        uint32_t cap = g->memo_cap ? g->memo_cap : 1024;
+        while (cap <= (uint32_t)s) cap *= 2;
+        int32_t *v = realloc(g->memo_v, cap * sizeof *v);
+        if (v) g->memo_v = v;
+        uint32_t *st = v ? realloc(g->memo_s, cap * sizeof *st) : NULL;
+        if (!st) return need; /* uncached, still right */
+        memset(st + g->memo_cap, 0, (cap - g->memo_cap) * sizeof *st);
+        g->memo_s = st;
+        g->memo_cap = cap;
+    }
+    g->memo_s[s] = g->memo_gen;
+    g->memo_v[s] = need;
+    return need;
+}
+
 /* Classifies every token for the stack whose top positions are key[0..klen) (top first), walking
- * the sorted vocabulary: accepted without popping the deepest key entry, or uncertain (that entry
- * may be popped inside the token and the next byte may follow its rule); whole: the key is the
- * whole stack (popping it ends the grammar, so nothing is uncertain). */
+ * the vocabulary's trie (a dead prefix skips its subtree): accepted without popping the deepest
+ * key entry, or uncertain (that entry may be popped inside the token and the next byte may follow
+ * its rule); whole: the key is the whole stack (popping it ends the grammar, so nothing is
+ * uncertain). ci >= 0: key[ci] is the top of a counted-repetition chain (a chain context): the
+ * accepted tokens are kept by the repetitions they need (chain_need), every other token that may
+ * survive is uncertain. */
 static geist_status pcache_compute(gt_grammar *g, const uint32_t *key, uint32_t klen, bool whole,
-                                   pcache *c, gt_err *err) {
+                                   int32_t ci, pcache *c, gt_err *err) {
     const gt_rules *R = g->R;
     const gt_vocab *V = g->V;
     gt_tables *T = &g->T;
     const uint32_t nw = (uint32_t)((V->n_vocab + 31) / 32);
     memset(c, 0, sizeof *c);
-    uint32_t one = 0;
+    uint32_t one = 0, P = 0;
     for (uint32_t k = klen; k-- > 0;) {
+        if ((int32_t)k == ci) P = one;
         const int64_t nd = node_get(T, key[k], one);
         if (nd < 0) return fail_tables(g, err);
         one = (uint32_t)nd;
     }
     const int32_t s0 = set_get(T, &one, 1);
     if (s0 < 0) return fail_tables(g, err);
+    const bool chain = ci >= 0;
+    const uint32_t L0 = chain ? klen - (uint32_t)ci : 0, top = chain ? key[ci] : 0;
+    const uint32_t M = chain ? g->ch_m[top] : 0;
+    if (chain && ++g->memo_gen == 0) {
+        if (g->memo_s) memset(g->memo_s, 0, g->memo_cap * sizeof *g->memo_s);
+        g->memo_gen = 1;
+    }
     const uint32_t *follow = whole ? no_follow : R->follow[R->pos_rule[key[klen - 1]]];
     uint32_t *bits = g->scratch_bits;
-    memset(bits, 0, nw * sizeof *bits);
+    if (!chain) memset(bits, 0, nw * sizeof *bits);
     int32_t *st = g->scratch_states;
     uint8_t *unc = g->scratch_unc;
-    size_t n_unc = 0, cap_unc = 0;
+    size_t n_unc = 0, cap_unc = 0, n_nid = 0, cap_nid = 0;
+    uint32_t *nid = NULL; /* chain: pairs (need, id) */
     uint32_t n_acc = 0;
+    geist_status res = GEIST_OK;
     st[0] = s0;
     unc[0] = 0;
-    uint32_t vd = 0;
-    int32_t i = 0;
-    while (i < V->n_tok) {
-        const uint8_t *tb = V->bytes + V->off[i];
-        const uint32_t len = V->len[i];
-        uint32_t d = V->lcp[i] < vd ? V->lcp[i] : vd;
-        if (i == 0) d = 0;
-        bool dead = false;
-        for (; d < len; d++) {
-            const uint8_t b = tb[d];
-            const int32_t cur = st[d];
-            unc[d + 1] = unc[d] || (T->sets[cur].accepting && gt_set_has(follow, b));
-            const int32_t nx = advance(T, R, cur, b);
-            if (nx == FAIL) {
-                free(c->unc);
-                c->unc = NULL;
-                return fail_tables(g, err);
-            }
-            if (nx == DEAD) {
-                dead = true;
-                break;
-            }
-            st[d + 1] = nx;
+    for (uint32_t n = 0; n < V->n_nodes;) {
+        const uint32_t d = V->tdepth[n];
+        const uint8_t b = V->tbyte[n];
+        const int32_t cur = st[d - 1];
+        unc[d] = unc[d - 1] || (T->sets[cur].accepting && gt_set_has(follow, b));
+        const int32_t nx = advance(T, R, cur, b);
+        if (nx == FAIL) {
+            res = fail_tables(g, err);
+            goto out;
         }
-        if (!dead) {
-            bits[V->ids[i] >> 5] |= 1u << (V->ids[i] & 31);
-            n_acc++;
-            vd = len;
-            i++;
+        if (nx == DEAD) {
+            if (unc[d]) /* every token under this prefix dies the same way */
+                for (uint32_t k = V->ttok[n]; k < V->ttok[V->tskip[n]]; k++)
+                    if (!push_u32((uint32_t **)&c->unc, &n_unc, &cap_unc, (uint32_t)V->ids[k])) goto oom;
+            n = V->tskip[n];
             continue;
         }
-        /* every token sharing the first d + 1 bytes dies the same way */
-        int32_t j = i + 1;
-        while (j < V->n_tok && V->lcp[j] >= d + 1) j++;
-        if (unc[d + 1]) {
-            for (int32_t k = i; k < j; k++) {
-                if (!push_u32((uint32_t **)&c->unc, &n_unc, &cap_unc, (uint32_t)V->ids[k])) {
-                    free(c->unc);
-                    c->unc = NULL;
-                    return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (grammar cache)");
-                }
+        st[d] = nx;
+        g->walk_work++;
+        for (uint32_t k = V->ttok[n]; k < V->ttok[n] + V->tend[n]; k++) {
+            const int32_t id = V->ids[k];
+            if (!chain) {
+                bits[id >> 5] |= 1u << (id & 31);
+                n_acc++;
+                continue;
+            }
+            const int32_t need = unc[d] ? 0 : chain_need(g, nx, L0, P, top, M);
+            if (need == 0) {
+                if (!push_u32((uint32_t **)&c->unc, &n_unc, &cap_unc, (uint32_t)id)) goto oom;
+            } else if (!push_u32(&nid, &n_nid, &cap_nid, (uint32_t)need) ||
+                       !push_u32(&nid, &n_nid, &cap_nid, (uint32_t)id)) {
+                goto oom;
             }
         }
-        vd = d;
-        i = j;
+        n++;
     }
     c->n_unc = (uint32_t)n_unc;
+    if (chain) {
+        const uint32_t na = (uint32_t)(n_nid / 2);
+        c->chain = true;
+        c->M = M;
+        c->n_acc = na;
+        c->noff = calloc(M + 2, sizeof *c->noff);
+        c->nids = malloc((na ? na : 1) * sizeof *c->nids);
+        c->nbits = calloc(M + 1, sizeof *c->nbits);
+        if (!c->noff || !c->nids || !c->nbits) goto oom;
+        for (uint32_t k = 0; k < na; k++) c->noff[nid[2 * k] + 1]++;
+        for (uint32_t k = 1; k <= M + 1; k++) c->noff[k] += c->noff[k - 1];
+        uint32_t *fill = malloc((M + 1) * sizeof *fill);
+        if (!fill) goto oom;
+        memcpy(fill, c->noff, (M + 1) * sizeof *fill);
+        for (uint32_t k = 0; k < na; k++) c->nids[fill[nid[2 * k]]++] = (int32_t)nid[2 * k + 1];
+        free(fill);
+        free(nid);
+        c->ready = true;
+        return GEIST_OK;
+    }
     c->n_acc = n_acc;
     if ((uint64_t)n_acc * 32 > (uint64_t)V->n_vocab) {
         c->acc_bits = malloc(nw * sizeof *bits);
@@ -554,16 +693,141 @@ static geist_status pcache_compute(gt_grammar *g, const uint32_t *key, uint32_t 
                 for (uint32_t x = bits[w]; x; x &= x - 1) c->acc_ids[k++] = (int32_t)(w * 32 + (uint32_t)__builtin_ctz(x));
         }
     }
-    if (!c->acc_bits && !c->acc_ids) {
-        pcache_clear(c);
-        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (grammar cache)");
-    }
+    if (!c->acc_bits && !c->acc_ids) goto oom;
     c->ready = true;
     return GEIST_OK;
+oom:
+    res = gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (grammar cache)");
+out:
+    free(nid);
+    pcache_clear(c);
+    return res;
 }
 
 static size_t pcache_bytes(const pcache *c, uint32_t nw) {
+    if (c->chain) return c->n_acc * 4u + (c->M + 2u) * 4u + (c->M + 1u) * sizeof(void *) + c->n_unc * 4u + sizeof *c;
     return (c->acc_bits ? nw * 4u : c->n_acc * 4u) + c->n_unc * 4u + sizeof *c;
+}
+
+/* The first bytes of element (k, v) into f (rules: through their alternatives' first elements;
+ * rules are never nullable here, prefix_free checks that). */
+static void first_bytes(const gt_rules *R, uint8_t k, uint32_t v, uint32_t *f, uint32_t depth, uint32_t *work) {
+    if (k == GE_BYTES) {
+        for (int w = 0; w < 8; w++) f[w] |= R->sets[v][w];
+        return;
+    }
+    if (depth > 16 || *work == 0) {
+        memset(f, 0xFF, 8 * sizeof *f);
+        return;
+    }
+    for (uint32_t a = R->alt_off[v]; a < R->alt_off[v + 1] && *work; a++, (*work)--) {
+        const uint32_t p = R->alt_start[a];
+        if (R->ek[p] != GE_END) first_bytes(R, R->ek[p], R->ev[p], f, depth + 1, work);
+    }
+}
+
+/* A sufficient test that element (k, v)'s language is prefix-free (no word a proper prefix of
+ * another, each word parsed one way): a byte set, or a rule (not recursive within 16 levels)
+ * whose alternatives are non-empty sequences of such elements with pairwise disjoint first
+ * bytes (work bounds the search: false when it runs out). Then a byte string splits into repetitions of it in at most one way. */
+static bool prefix_free(const gt_rules *R, uint8_t k, uint32_t v, uint32_t depth, uint32_t *work) {
+    if (k == GE_BYTES) return true;
+    if (depth > 16 || *work == 0) return false;
+    uint32_t seen[8] = {0};
+    for (uint32_t a = R->alt_off[v]; a < R->alt_off[v + 1]; a++) {
+        uint32_t p = R->alt_start[a];
+        if (R->ek[p] == GE_END) return false;
+        uint32_t f[8] = {0};
+        if (--*work == 0) return false;
+        first_bytes(R, R->ek[p], R->ev[p], f, depth + 1, work);
+        for (int w = 0; w < 8; w++) {
+            if (seen[w] & f[w]) return false;
+            seen[w] |= f[w];
+        }
+        for (; R->ek[p] != GE_END; p++)
+            if (!prefix_free(R, R->ek[p], R->ev[p], depth + 1, work)) return false;
+    }
+    return *work > 0;
+}
+
+/* Counted repetitions: rules R with two alternatives, the empty one and [x R'] or [x] (the chain's
+ * end, m = 1), where R' has the same shape and the same x: m(R) = m(R') + 1. The chain entry of
+ * a stack inside R's repetition is the position after x (x a rule) or x itself (x a byte set);
+ * contexts that differ only in it share one walk from the chain's top (pcache_compute). */
+static bool chains_build(gt_grammar *g) {
+    const gt_rules *R = g->R;
+    const uint32_t nr = R->n_rules, NONE = UINT32_MAX;
+    g->ch_m = calloc(R->n_pos, sizeof *g->ch_m);
+    g->ch_top = calloc(R->n_pos, sizeof *g->ch_top);
+    uint32_t *xp = malloc((size_t)nr * sizeof *xp), *nxt = malloc((size_t)nr * sizeof *nxt);
+    uint32_t *m = calloc(nr, sizeof *m), *pred = malloc((size_t)nr * sizeof *pred);
+    uint32_t *topr = malloc((size_t)nr * sizeof *topr);
+    bool ok = g->ch_m && g->ch_top && xp && nxt && m && pred && topr;
+    uint32_t work = 1u << 20; /* bounds prefix_free over all rules (a hostile grammar: no chains) */
+    for (uint32_t r = 0; ok && r < nr; r++) {
+        xp[r] = NONE;
+        nxt[r] = NONE;
+        pred[r] = NONE;
+        if (R->alt_off[r + 1] - R->alt_off[r] != 2) continue;
+        uint32_t a0 = R->alt_start[R->alt_off[r]], a1 = R->alt_start[R->alt_off[r] + 1];
+        if (R->ek[a0] == GE_END) { const uint32_t t = a0; a0 = a1; a1 = t; }
+        if (R->ek[a1] != GE_END || R->ek[a0] == GE_END) continue;
+        if (!prefix_free(R, R->ek[a0], R->ev[a0], 0, &work)) continue;
+        if (R->ek[a0 + 1] == GE_END) { xp[r] = a0; continue; } /* [x]: a chain's end */
+        if (R->ek[a0 + 1] != GE_RULE || R->ek[a0 + 2] != GE_END) continue;
+        xp[r] = a0;
+        nxt[r] = R->ev[a0 + 1];
+    }
+    /* m along nxt (chains are acyclic: a cycle is a star, not counted) */
+    for (uint32_t r = 0; ok && r < nr; r++) {
+        if (xp[r] == NONE || m[r]) continue;
+        uint32_t x = r, len = 0;
+        while (len <= GT_GRAMMAR_MAX_REPEAT + 1 && xp[x] != NONE && nxt[x] != NONE && m[x] == 0) {
+            const uint32_t y = nxt[x];
+            if (y >= nr || xp[y] == NONE || R->ek[xp[y]] != R->ek[xp[x]] || R->ev[xp[y]] != R->ev[xp[x]]) break;
+            x = y;
+            len++;
+        }
+        uint32_t base;
+        if (m[x]) base = m[x];
+        else if (xp[x] != NONE && nxt[x] == NONE) base = 1;
+        else continue; /* not a chain */
+        m[x] = base;
+        for (uint32_t y = r, k = len; y != x; y = nxt[y], k--) m[y] = base + k;
+    }
+    /* a link's only reference must be its predecessor's tail (then every link has the same
+     * follow set, which the shared walk's uncertain tokens depend on); the top may be used
+     * anywhere */
+    uint32_t *refs = ok ? calloc(nr, sizeof *refs) : NULL;
+    ok = ok && refs;
+    for (uint32_t p = 0; ok && p < R->n_pos; p++)
+        if (R->ek[p] == GE_RULE && R->ev[p] < nr) refs[R->ev[p]]++;
+    for (uint32_t r = 0; ok && r < nr; r++)
+        if (m[r] > 1) {
+            const uint32_t y = nxt[r];
+            pred[y] = pred[y] == NONE && refs[y] == 1 ? r : NONE - 1; /* NONE - 1: no single one */
+        }
+    free(refs);
+    for (uint32_t r = 0; ok && r < nr; r++) {
+        if (!m[r]) continue;
+        uint32_t t = r;
+        for (uint32_t k = 0; k <= GT_GRAMMAR_MAX_REPEAT + 1 && pred[t] < NONE - 1; k++) t = pred[t];
+        topr[r] = t;
+    }
+    for (uint32_t r = 0; ok && r < nr; r++) {
+        if (!m[r]) continue;
+        const bool xrule = R->ek[xp[r]] == GE_RULE;
+        if (xrule && m[r] < 2) continue;
+        const uint32_t slot = xrule ? 1 : 0;
+        g->ch_m[xp[r] + slot] = m[r];
+        g->ch_top[xp[r] + slot] = xp[topr[r]] + slot;
+    }
+    free(xp);
+    free(nxt);
+    free(m);
+    free(pred);
+    free(topr);
+    return ok;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -580,6 +844,10 @@ static void grammar_free(gt_grammar *g) {
     free(g->scratch_bits);
     free(g->scratch_states);
     free(g->scratch_unc);
+    free(g->ch_m);
+    free(g->ch_top);
+    free(g->memo_v);
+    free(g->memo_s);
     pthread_mutex_destroy(&g->lock);
     free(g);
 }
@@ -642,6 +910,88 @@ void gt_grammar_cache_free(gt_grammar_cache *c) {
     free(c);
 }
 
+/* Builds the token classes of the contexts reachable from the start at compile time, breadth
+ * first over the stacks the grammar's bytes lead to (a stack's successor does not depend on which
+ * byte of its top set is read), so that masks rarely walk the vocabulary: bounded by
+ * GT_PRECOMPUTE_STACKS stacks and GT_PRECOMPUTE_WALKS vocabulary walks' worth of trie nodes (a
+ * recursive grammar has unboundedly many contexts); the rest are built on first use. A failure
+ * here only leaves more for first use. */
+static void stack_key(const gt_grammar *g, uint32_t node, uint32_t *key, uint32_t *klen, bool *whole,
+                      int32_t *ci, uint32_t *m);
+static geist_status ensure_pcache(gt_grammar *g, const uint32_t *key, uint32_t klen, bool whole,
+                                  int32_t ci, pcache **out, pcache *tmp, gt_err *err);
+#define GT_PRECOMPUTE_STACKS 4096
+#define GT_PRECOMPUTE_WALKS 6
+static void precompute(gt_grammar *g) {
+    gt_tables *T = &g->T;
+    const gt_rules *R = g->R;
+    uint32_t *q = NULL, *tmp = NULL;
+    size_t nq = 0, cq = 0, nt = 0, ct = 0;
+    uint8_t *seen = NULL;
+    uint32_t n_seen = 0;
+    next_gen(T);
+    for (uint32_t a = R->alt_off[R->root]; a < R->alt_off[R->root + 1]; a++) {
+        const uint32_t s = R->alt_start[a];
+        uint32_t x = 0;
+        if (R->ek[s] != GE_END) {
+            const int64_t c = node_get(T, s, 0);
+            if (c < 0) goto done;
+            x = (uint32_t)c;
+        }
+        if (!expand(T, R, x)) goto done;
+    }
+    for (size_t k = 0; k < T->n_out; k++)
+        if (!push_u32(&tmp, &nt, &ct, T->out[k])) goto done;
+    for (size_t head = 0;; head++) {
+        for (size_t k = 0; k < nt; k++) { /* enqueue the new stacks */
+            const uint32_t x = tmp[k];
+            if (x == 0) continue;
+            if (x >= n_seen) {
+                const uint32_t cap = T->cap_nodes;
+                uint8_t *ns = realloc(seen, cap);
+                if (!ns) goto done;
+                memset(ns + n_seen, 0, cap - n_seen);
+                seen = ns;
+                n_seen = cap;
+            }
+            if (seen[x] || nq >= GT_PRECOMPUTE_STACKS) continue;
+            seen[x] = 1;
+            if (!push_u32(&q, &nq, &cq, x)) goto done;
+        }
+        nt = 0;
+        if (head >= nq) break;
+        const uint32_t n = q[head], p = T->nodes[n].pos;
+        uint32_t nx = T->nodes[n].parent;
+        if (R->ek[p + 1] != GE_END) {
+            const int64_t c = node_get(T, p + 1, nx);
+            if (c < 0) goto done;
+            nx = (uint32_t)c;
+        }
+        next_gen(T);
+        if (!expand(T, R, nx)) goto done;
+        for (size_t k = 0; k < T->n_out; k++)
+            if (!push_u32(&tmp, &nt, &ct, T->out[k])) goto done;
+    }
+    const uint64_t budget = (uint64_t)GT_PRECOMPUTE_WALKS * g->V->n_nodes;
+    for (size_t k = 0; k < nq && g->walk_work < budget; k++) {
+        uint32_t key[GT_CTX_DEPTH], klen = 0, cm = 0;
+        bool whole = false;
+        int32_t ci = -1;
+        stack_key(g, q[k], key, &klen, &whole, &ci, &cm);
+        pcache t = {0}, *c = NULL;
+        gt_err e = {0};
+        if (ensure_pcache(g, key, klen, whole, ci, &c, &t, &e) != GEIST_OK) break;
+        if (!c->stored) {
+            pcache_clear(&t);
+            break;
+        }
+    }
+done:
+    free(q);
+    free(tmp);
+    free(seen);
+}
+
 static geist_status grammar_new(gt_grammar_cache *c, const char *text, size_t len, int32_t kind,
                                 uint64_t h, gt_grammar **out, gt_err *err) {
     gt_rules *R = NULL;
@@ -666,12 +1016,13 @@ static geist_status grammar_new(gt_grammar_cache *c, const char *text, size_t le
     g->scratch_states = malloc(((size_t)c->V->max_len + 2) * sizeof(int32_t));
     g->scratch_unc = malloc((size_t)c->V->max_len + 2);
     if (!g->text || !g->pe || !g->scratch_bits || !g->scratch_states || !g->scratch_unc ||
-        !tables_init(&g->T)) {
+        !tables_init(&g->T) || !chains_build(g)) {
         grammar_free(g);
         return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (grammar)");
     }
     memcpy(g->text, text, len);
     g->text[len] = '\0';
+    precompute(g);
     *out = g;
     return GEIST_OK;
 }
@@ -835,17 +1186,19 @@ bool gt_matcher_is_dead(const gt_matcher *m) { return !m->ended && m->n_stacks =
 uint32_t gt_grammar_max_token_bytes_of(const gt_matcher *m) { return gt_grammar_max_token_bytes(m->g); }
 uint32_t gt_matcher_min_bytes(const gt_matcher *m) { return m->ended ? 0 : m->min_bytes; }
 
-static uint32_t key_hash(const uint32_t *key, uint32_t klen, bool whole) {
-    uint32_t h = klen * 2u + whole;
+static uint32_t key_hash(const uint32_t *key, uint32_t klen, bool whole, bool chain) {
+    uint32_t h = klen * 4u + whole * 2u + chain;
     for (uint32_t i = 0; i < klen; i++) h = hash2(h, key[i]);
     return h;
 }
 
-static pentry *pe_find(gt_grammar *g, const uint32_t *key, uint32_t klen, bool whole) {
-    for (uint32_t i = key_hash(key, klen, whole) & (g->pe_cap - 1);; i = (i + 1) & (g->pe_cap - 1)) {
+static pentry *pe_find(gt_grammar *g, const uint32_t *key, uint32_t klen, bool whole, bool chain) {
+    for (uint32_t i = key_hash(key, klen, whole, chain) & (g->pe_cap - 1);; i = (i + 1) & (g->pe_cap - 1)) {
         pentry *e = &g->pe[i];
         if (e->klen == 0) return e;
-        if (e->klen == klen && e->whole == whole && memcmp(e->key, key, klen * sizeof *key) == 0) return e;
+        if (e->klen == klen && e->whole == whole && e->chain == chain &&
+            memcmp(e->key, key, klen * sizeof *key) == 0)
+            return e;
     }
 }
 
@@ -858,16 +1211,42 @@ static bool pe_grow(gt_grammar *g) {
     g->pe = ne;
     g->pe_cap = cap;
     for (uint32_t i = 0; i < ocap; i++)
-        if (old[i].klen) *pe_find(g, old[i].key, old[i].klen, old[i].whole) = old[i];
+        if (old[i].klen) *pe_find(g, old[i].key, old[i].klen, old[i].whole, old[i].chain) = old[i];
     free(old);
     return true;
 }
 
-/* The token classes for a stack's context key: cached in the grammar while the budget lasts,
- * else computed into tmp (the caller clears it). */
+/* A stack's context: its top positions (top first), whether they are the whole stack, and for a
+ * counted repetition (its topmost chain entry at *ci, else -1) the stack's own chain index in *m
+ * and every chain entry replaced by its chain's top. */
+static void stack_key(const gt_grammar *g, uint32_t node, uint32_t *key, uint32_t *klen, bool *whole,
+                      int32_t *ci, uint32_t *m) {
+    const gt_tables *T = &g->T;
+    uint32_t n = 0;
+    for (uint32_t x = node; x != 0 && n < GT_CTX_DEPTH; x = T->nodes[x].parent) key[n++] = T->nodes[x].pos;
+    *klen = n;
+    *whole = T->nodes[node].depth <= GT_CTX_DEPTH;
+    *ci = -1;
+    *m = 0;
+    for (uint32_t k = 0; k < n; k++)
+        if (g->ch_m[key[k]]) {
+            if (*ci < 0) {
+                *ci = (int32_t)k;
+                *m = g->ch_m[key[k]];
+            }
+            /* a deeper chain entry only matters to tokens that leave the topmost chain's frame:
+             * those are uncertain (checked against the whole stack), and a longer chain below
+             * accepts more, so a token dead with the top is dead with any count */
+            key[k] = g->ch_top[key[k]];
+        }
+}
+
+/* The token classes for a context key: cached in the grammar while the budget lasts, else
+ * computed into tmp (the caller clears it). */
 static geist_status ensure_pcache(gt_grammar *g, const uint32_t *key, uint32_t klen, bool whole,
-                                  pcache **out, pcache *tmp, gt_err *err) {
-    pentry *e = pe_find(g, key, klen, whole);
+                                  int32_t ci, pcache **out, pcache *tmp, gt_err *err) {
+    const bool chain = ci >= 0;
+    pentry *e = pe_find(g, key, klen, whole, chain);
     if (e->klen) {
         *out = &e->c;
         return GEIST_OK;
@@ -875,22 +1254,49 @@ static geist_status ensure_pcache(gt_grammar *g, const uint32_t *key, uint32_t k
     const uint32_t nw = (uint32_t)((g->V->n_vocab + 31) / 32);
     bool store = g->pc_bytes < GT_GRAMMAR_CACHE_BYTES;
     if (store && (g->pe_n + 1) * 2 > g->pe_cap) {
-        if (pe_grow(g)) e = pe_find(g, key, klen, whole);
+        if (pe_grow(g)) e = pe_find(g, key, klen, whole, chain);
         else store = false;
     }
     pcache *dst = store ? &e->c : tmp;
-    geist_status st = pcache_compute(g, key, klen, whole, dst, err);
+    geist_status st = pcache_compute(g, key, klen, whole, ci, dst, err);
     if (st != GEIST_OK) return st;
     if (store) {
         memcpy(e->key, key, klen * sizeof *key);
         e->klen = (uint8_t)klen;
         e->whole = whole;
+        e->chain = chain;
         g->pe_n++;
         g->pc_bytes += pcache_bytes(dst, nw);
     }
     dst->stored = store;
     *out = dst;
     return GEIST_OK;
+}
+
+/* ORs a chain context's accepted tokens for chain index r into bits (a cached bitset per r while
+ * the budget lasts; few tokens are ORed one by one). */
+static void chain_or(gt_grammar *g, pcache *c, uint32_t r, uint32_t *bits, uint32_t nw) {
+    if (r > c->M) r = c->M;
+    const uint32_t n = c->noff[r + 1];
+    if (!c->nbits[r] && c->stored && (uint64_t)n * 32 > (uint64_t)g->V->n_vocab &&
+        g->pc_bytes < GT_GRAMMAR_CACHE_BYTES) {
+        uint32_t lo = r;
+        while (lo > 0 && !c->nbits[lo]) lo--;
+        uint32_t *b = malloc(nw * sizeof *b);
+        if (b) {
+            if (c->nbits[lo]) memcpy(b, c->nbits[lo], nw * sizeof *b);
+            else memset(b, 0, nw * sizeof *b);
+            for (uint32_t k = c->nbits[lo] ? c->noff[lo + 1] : 0; k < n; k++)
+                b[c->nids[k] >> 5] |= 1u << (c->nids[k] & 31);
+            c->nbits[r] = b;
+            g->pc_bytes += nw * sizeof *b;
+        }
+    }
+    if (c->nbits[r]) {
+        for (uint32_t w = 0; w < nw; w++) bits[w] |= c->nbits[r][w];
+    } else {
+        for (uint32_t k = 0; k < n; k++) bits[c->nids[k] >> 5] |= 1u << (c->nids[k] & 31);
+    }
 }
 
 static inline bool bit(const uint32_t *bits, int32_t id) { return (bits[id >> 5] >> (id & 31)) & 1u; }
@@ -922,13 +1328,16 @@ geist_status gt_matcher_fill_mask(gt_matcher *m, uint32_t *bits, gt_err *err) {
     for (uint32_t i = 0; st == GEIST_OK && i < T->sets[S].n; i++) {
         const uint32_t node = T->pool[T->sets[S].off + i];
         if (node == 0) continue;
-        uint32_t key[GT_CTX_DEPTH], klen = 0;
-        for (uint32_t x = node; x != 0 && klen < GT_CTX_DEPTH; x = T->nodes[x].parent) key[klen++] = T->nodes[x].pos;
-        const bool whole = T->nodes[node].depth <= GT_CTX_DEPTH;
+        uint32_t key[GT_CTX_DEPTH], klen = 0, cm = 0;
+        bool whole = false;
+        int32_t ci = -1;
+        stack_key(g, node, key, &klen, &whole, &ci, &cm);
         pcache tmp = {0}, *c = NULL;
-        st = ensure_pcache(g, key, klen, whole, &c, &tmp, err);
+        st = ensure_pcache(g, key, klen, whole, ci, &c, &tmp, err);
         if (st != GEIST_OK) break;
-        if (c->acc_bits) {
+        if (c->chain) {
+            chain_or(g, c, cm, bits, nw);
+        } else if (c->acc_bits) {
             for (uint32_t w = 0; w < nw; w++) bits[w] |= c->acc_bits[w];
         } else {
             for (uint32_t k = 0; k < c->n_acc; k++) bits[c->acc_ids[k] >> 5] |= 1u << (c->acc_ids[k] & 31);
