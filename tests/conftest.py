@@ -2,6 +2,8 @@
 
 `pytest --native=asan` runs the suite against build/asan/libgeist.so (run it through
 scripts/pytest_asan.sh, which preloads the sanitizer runtimes); the default is the release build.
+`pytest --sweep` also runs the tests marked `sweep`: longer versions of CI's checks (more positions
+or tokens over the same code), skipped otherwise.
 """
 
 from __future__ import annotations
@@ -19,6 +21,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="release",
         help="native build to test: release, debug, asan, or a path to libgeist.so",
     )
+    parser.addoption(
+        "--sweep",
+        action="store_true",
+        help="also run the long sweeps (@pytest.mark.sweep) that CI's suite skips",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--sweep"):
+        return
+    skip = pytest.mark.skip(reason="a long sweep: run with --sweep")
+    for item in items:
+        if item.get_closest_marker("sweep") is not None:
+            item.add_marker(skip)
 
 
 def pytest_configure(config: pytest.Config) -> None:
