@@ -33,7 +33,8 @@ void main() {
     uint g = h / (p.n_head / p.n_head_kv);
     uint kd = p.n_head_kv * p.hk, vd = p.n_head_kv * p.hv;
     uint qb = (t * p.n_head + h) * p.hk;
-    uint sb = gl_WorkGroupID.x * p.s_stride;
+    uint sb = (p.row0 * p.n_head + gl_WorkGroupID.x) * p.s_stride; // the row's own scores: sessions
+    // of one step may run at once (vk_forward.c puts no barrier between their dispatches)
     float mx = -1.0 / 0.0;
     uint n8 = p.hk / 8u * 8u;
     uint kw8 = p.n_head_kv * (1u + p.hk / 4u), vw8 = p.n_head_kv * (1u + p.hv / 4u);
