@@ -405,9 +405,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         VkShaderModule mod;
         if (c->f.CreateShaderModule(c->dev, &smci, NULL, &mod) != VK_SUCCESS)
             return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot load shader %s", s->name);
-        const uint32_t one = 1;
-        const VkSpecializationMapEntry sme = {0, 0, sizeof one};
-        const VkSpecializationInfo spec = {1, &sme, sizeof one, &one};
+        /* matvec.comp's ROWS8 = 1 and NORM_EPS, the model's RMSNorm epsilon */
+        const struct { uint32_t rows8; float eps; } sv = {1, vm->model->cfg.eps};
+        const VkSpecializationMapEntry sme[2] = {{0, 0, 4}, {1, 4, 4}};
+        const VkSpecializationInfo spec = {2, sme, sizeof sv, &sv};
         const VkComputePipelineCreateInfo cpci = {
             .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
             .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
@@ -798,22 +799,23 @@ static bool selfq_fits(uint32_t n_in, uint32_t n_tok) {
     return n_tok <= 8 && (uint64_t)n_tok * n_in / 4 <= 3072;
 }
 
-/* y (ldy = n_out) (+)= W silu(gate) * up, x holding [gate | up] rows of 2 n_in (matvec.comp's
- * bit 2): the activation and its 8-bit rows made inside the product */
-static void rec_matvec_gated(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok, bool acc) {
-    const uint32_t pc[8] = {w->off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->n_out,
-                            (uint32_t)acc | 2u | 4u};
-    const VkBuffer b[N_BIND] = {w->buf, 0, x, y, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
-    dispatch(r, P_MATVEC8, b, pc, sizeof pc, (w->n_out + 7) / 8);
-}
+/* matvec.comp's in-product steps (bits of its `accumulate`) */
+enum { MV_ACC = 1, MV_SELFQ = 2, MV_GATED = 4, MV_ROPE = 8, MV_NORM = 16 };
 
-/* y = W x rotated as rope.comp does, pairs (2i, 2i + 1) of heads of hd values (matvec.comp's
- * bit 3: the pass inputs' cos/sin bound at 5); x's 8-bit rows made inside the product */
-static void rec_matvec_rope(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok,
-                            uint32_t hd, uint32_t n_rot) {
-    const uint32_t pc[8] = {w->off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->n_out,
-                            2u | 8u | hd << 8 | n_rot << 20};
-    const VkBuffer b[N_BIND] = {w->buf, 0, x, y, r->fw->aq.buf, r->fw->in.buf, 0, 0};
+/* A quantized product with its 8-bit rows made inside (selfq_fits) and these steps there:
+ * MV_GATED: x holds [gate | up] rows of 2 n_in, the input is silu(gate) * up (act.comp's);
+ * MV_ROPE: the output pairs (2i, 2i + 1) of heads of hd values rotated as rope.comp does (the
+ * pass inputs' cos/sin bound at 5); MV_NORM: x is the residual stream, normalized as
+ * rmsnorm.comp does with norm vector norm_vec of fw->norms (bound at 4). */
+static void rec_mv_fused(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok,
+                         uint32_t bits, uint32_t norm_vec, uint32_t hd, uint32_t n_rot) {
+    uint32_t acc = bits | MV_SELFQ;
+    if (bits & MV_ROPE) acc |= hd << 8 | n_rot << 20;
+    const uint32_t type = w->type | ((bits & MV_NORM) ? norm_vec << 8 : 0u);
+    const uint32_t pc[8] = {w->off, type, w->n_in, w->row_bytes, w->n_out, n_tok, w->n_out, acc};
+    const VkBuffer b[N_BIND] = {w->buf, 0, x, y,
+                                (bits & MV_NORM) ? r->fw->norms.buf : r->fw->aq.buf,
+                                (bits & MV_ROPE) ? r->fw->in.buf : r->fw->ad.buf, 0, 0};
     dispatch(r, P_MATVEC8, b, pc, sizeof pc, (w->n_out + 7) / 8);
 }
 
@@ -895,21 +897,28 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     }
     for (int32_t il = 0; il < cf->n_layer; il++) {
         const wref *w = &fw->lw[il * W_PER_LAYER];
-        rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, 2u * (uint32_t)il * d, 0, cf->eps);
-        /* the rotation inside the Q and K products where pairs are adjacent rows */
+        /* the attention norm inside the Q, K, V products (each repeats it) and the rotation
+         * inside Q and K (pairs of adjacent rows), for decode-size steps of the llama recipe */
         const uint32_t hk = (uint32_t)cf->head_dim_k, nrot = (uint32_t)cf->n_rot;
-        const bool fuse_rope = cf->rope_style == GT_ROPE_NORM && act_fmt(w[W_Q].type) >= 0 &&
-                               act_fmt(w[W_K].type) >= 0 && selfq_fits(d, N) && hk < 4096 &&
-                               nrot < 4096 && w[W_Q].n_out == (uint32_t)cf->n_head * hk &&
+        const bool qk_q = act_fmt(w[W_Q].type) >= 0 && act_fmt(w[W_K].type) >= 0;
+        const bool fuse_rope = cf->rope_style == GT_ROPE_NORM && qk_q && selfq_fits(d, N) &&
+                               hk < 4096 && nrot < 4096 && w[W_Q].n_out == (uint32_t)cf->n_head * hk &&
                                w[W_K].n_out == kd;
-        if (fuse_rope) {
-            rec_matvec_rope(&r, &w[W_Q], fw->xn.buf, fw->q.buf, N, hk, nrot);
-            rec_matvec_rope(&r, &w[W_K], fw->xn.buf, fw->k.buf, N, hk, nrot);
+        const bool norm_ok = cf->arch == GT_ARCH_LLAMA && selfq_fits(d, N);
+        const bool fuse_n1 = norm_ok && qk_q && act_fmt(w[W_V].type) >= 0;
+        const uint32_t nb1 = fuse_n1 ? MV_NORM : 0u, nv1 = 2u * (uint32_t)il;
+        const VkBuffer xin = fuse_n1 ? fw->x.buf : fw->xn.buf;
+        if (!fuse_n1) rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, nv1 * d, 0, cf->eps);
+        if (fuse_rope || fuse_n1) {
+            const uint32_t rb = fuse_rope ? MV_ROPE : 0u;
+            rec_mv_fused(&r, &w[W_Q], xin, fw->q.buf, N, rb | nb1, nv1, hk, nrot);
+            rec_mv_fused(&r, &w[W_K], xin, fw->k.buf, N, rb | nb1, nv1, hk, nrot);
         } else {
             rec_matvec(&r, &w[W_Q], fw->xn.buf, fw->q.buf, N, false);
             rec_matvec(&r, &w[W_K], fw->xn.buf, fw->k.buf, N, false);
         }
-        rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
+        if (fuse_n1) rec_mv_fused(&r, &w[W_V], fw->x.buf, fw->v.buf, N, MV_NORM, nv1, 0, 0);
+        else rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
         if (!fuse_rope) {
             const uint32_t pc[7] = {N, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv,
                                     (uint32_t)cf->head_dim_k, (uint32_t)cf->n_rot,
@@ -945,20 +954,23 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         }
         r.disjoint = false;
         rec_matvec(&r, &w[W_O], fw->att.buf, fw->x.buf, N, true); /* x += o */
-        rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, (2u * (uint32_t)il + 1u) * d, 0, cf->eps);
         /* gate and up as one product when they lie back to back (GGUF's order), the SiLU inside
-         * the down product; else gate, up, act.comp, down */
+         * the down product, the FFN norm inside gate/up's; else norm, gate, up, act.comp, down */
         const wref *wg = &w[W_GATE], *wu = &w[W_UP], *wdn = &w[W_DOWN];
         const bool fuse_ffn = cf->act == GT_ACT_SILU && wg->buf == wu->buf &&
                               wg->type == wu->type && wg->n_in == wu->n_in &&
                               wg->n_out == wu->n_out && act_fmt(wg->type) >= 0 &&
                               act_fmt(wdn->type) >= 0 && selfq_fits(wdn->n_in, N) &&
                               (uint64_t)wu->off == (uint64_t)wg->off + (uint64_t)wg->n_out * wg->row_bytes;
+        const bool fuse_n2 = norm_ok && fuse_ffn;
+        const uint32_t nv2 = 2u * (uint32_t)il + 1u;
+        if (!fuse_n2) rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, nv2 * d, 0, cf->eps);
         if (fuse_ffn) {
             wref gu = *wg;
             gu.n_out = 2 * wg->n_out;
-            rec_matvec(&r, &gu, fw->xn.buf, fw->gate.buf, N, false);
-            rec_matvec_gated(&r, wdn, fw->gate.buf, fw->x.buf, N, true); /* x += ffn */
+            if (fuse_n2) rec_mv_fused(&r, &gu, fw->x.buf, fw->gate.buf, N, MV_NORM, nv2, 0, 0);
+            else rec_matvec(&r, &gu, fw->xn.buf, fw->gate.buf, N, false);
+            rec_mv_fused(&r, wdn, fw->gate.buf, fw->x.buf, N, MV_ACC | MV_GATED, 0, 0, 0); /* x += ffn */
             continue;
         }
         rec_matvec(&r, &w[W_GATE], fw->xn.buf, fw->gate.buf, N, false);

@@ -19,9 +19,14 @@
 // (with bit 1): rotate the output pairs (2i, 2i + 1) of each head as rope.comp does (adjacent
 // rows: one workgroup holds both), bits 8-19 the head dim, 20-31 n_rot, the cos/sin at binding 5
 // (the pass's inputs, then bound there instead of the unused scales) from word 5 n_tok, as
-// vk_forward.c writes them; saving rope.comp's dispatch and barrier.
+// vk_forward.c writes them; saving rope.comp's dispatch and barrier. Bit 4 (with bit 1): x's
+// rows are the residual stream, normalized here as rmsnorm.comp does (rmsscale.glsl: the same
+// lanes, the same float-float sums) with the norm vector number (type >> 8) of the norm weights
+// bound at 4 (n_in floats each; unused scratch then), saving rmsnorm.comp's dispatch and
+// barrier; the type is then type & 255.
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint ROWS8 = 0u;
+layout(constant_id = 1) const float NORM_EPS = 1e-5; // bit 4: the model's RMSNorm epsilon
 layout(std430, binding = 0) readonly buffer Wb { uint W[]; };
 layout(std430, binding = 2) readonly buffer Xb { float X[]; };
 layout(std430, binding = 3) buffer Yb { float Y[]; };
@@ -37,11 +42,20 @@ layout(push_constant) uniform P {
 #define SQ_WORDS 3072u
 shared float red[NT][64];
 shared float ys[64]; // bit 3: the rows' sums [slot][token], for the rotation
+shared float nscale[NT]; // bit 4: the chunk's rows' RMSNorm scales
+#include "rmsscale.glsl"
 shared uint SQ[SQ_WORDS];      // this chunk's 8-bit rows (bit 1 of accumulate)
 shared float SD[SQ_WORDS / 8u]; // and their block scales
-bool selfq, gated;
+bool selfq, gated, normed;
+uint wtype, nw0; // the weight type; bit 4: the norm vector's first float
 uint chunk0; // the chunk's first token
 float act_x(uint i) { // float activation i (token i / n_in)
+    if (normed) { // as rmsnorm.comp: (x * scale) * w
+        uint t = i / p.n_in;
+        precise float v = X[i] * nscale[t - chunk0];
+        precise float o = v * uintBitsToFloat(AQ[nw0 + (i - t * p.n_in)]);
+        return o;
+    }
     if (!gated) return X[i];
     uint t = i / p.n_in, o = i + t * p.n_in; // [gate | up] rows of 2 n_in
     float x = X[o];
@@ -82,12 +96,21 @@ void main() {
     uint nb = p.n_in >> 5;
     selfq = ROWS8 != 0u && (p.accumulate & 2u) != 0u;
     gated = selfq && (p.accumulate & 4u) != 0u;
+    normed = selfq && (p.accumulate & 16u) != 0u;
+    wtype = ROWS8 != 0u ? p.type & 255u : p.type;
+    nw0 = (p.type >> 8) * p.n_in;
     bool roped = selfq && (p.accumulate & 8u) != 0u;
-    bool kq = p.type == T_Q4_K || p.type == T_Q6_K;
+    bool kq = wtype == T_Q4_K || wtype == T_Q6_K;
     for (uint t0 = 0u; t0 < p.n_tok; t0 += NT) {
         uint nt = min(NT, p.n_tok - t0);
         chunk0 = t0;
+        if (normed) // the chunk's rows' scales, each over the whole workgroup
+            for (uint k = 0u; k < nt; k++) {
+                float sc = rms_scale((t0 + k) * p.n_in, p.n_in, NORM_EPS, lid);
+                if (lid == 0u) nscale[k] = sc;
+            }
         if (selfq) { // the chunk's rows, quantized by the whole workgroup
+            if (normed) barrier();
             uint nblk = kq ? p.n_in >> 8 : nb;
             for (uint g = lid; g < nt * nblk; g += 64u) {
                 uint k = g / nblk, b = g % nblk;
@@ -99,17 +122,17 @@ void main() {
         }
         float acc[NT];
         for (uint k = 0u; k < NT; k++) acc[k] = 0.0;
-        if (ROWS8 == 0u && (p.type == T_F32 || p.type == T_F16)) {
+        if (ROWS8 == 0u && (wtype == T_F32 || wtype == T_F16)) {
             for (uint i = lid; i < p.n_in; i += 64u) {
-                float w = p.type == T_F32 ? w_f32(row + 4u * i) : w_f16(row + 2u * i);
+                float w = wtype == T_F32 ? w_f32(row + 4u * i) : w_f16(row + 2u * i);
                 for (uint k = 0u; k < nt; k++) acc[k] += w * X[(t0 + k) * p.n_in + i];
             }
-        } else if (valid && lane < 8u && (p.type == T_Q4_K || p.type == T_Q6_K)) {
+        } else if (valid && lane < 8u && (wtype == T_Q4_K || wtype == T_Q6_K)) {
             // super-blocks of 256 against fmt-1 activations (quant.comp), as quants.c dot_q_k:
             // integer A (and B) per block, then (d * dx) * A [- (dmin * dx) * B] into lane b % 8
             uint nbk = p.n_in >> 8;
             for (uint b = lane; b < nbk; b += 8u) {
-                if (p.type == T_Q4_K) {
+                if (wtype == T_Q4_K) {
                     uint bb = row + 144u * b;
                     float d = w_f16(bb), dmin = w_f16(bb + 2u);
                     for (uint k = 0u; k < nt; k++) {
@@ -173,7 +196,7 @@ void main() {
             for (uint b = lane; b < nb; b += 8u) {
                 int wq[32];
                 float d, m = 0.0;
-                if (p.type == T_Q8_0) {
+                if (wtype == T_Q8_0) {
                     uint bb = row + 34u * b;
                     d = w_f16(bb);
                     // the 32 codes as 8 words (blocks sit at even offsets: 0 or 16 bits in)
@@ -182,7 +205,7 @@ void main() {
                         uint word = sh == 0u ? W[wi + w] : (W[wi + w] >> 16) | (W[wi + w + 1u] << 16);
                         for (uint k = 0u; k < 4u; k++) wq[4u * w + k] = sext8((word >> (8u * k)) & 0xFFu);
                     }
-                } else if (p.type == T_Q5_0) {
+                } else if (wtype == T_Q5_0) {
                     // n - 16 per value: the integer sum is quants.c's sum(n * q) - 16 * sx
                     uint bb = row + 22u * b;
                     d = w_f16(bb);
@@ -194,11 +217,11 @@ void main() {
                         wq[j + 16u] = int((q >> 4) | (((qh >> (j + 16u)) & 1u) << 4)) - 16;
                     }
                 } else {
-                    uint hdr = p.type == T_Q4_0 ? 2u : 4u;
-                    uint bb = row + (p.type == T_Q4_0 ? 18u : 20u) * b;
+                    uint hdr = wtype == T_Q4_0 ? 2u : 4u;
+                    uint bb = row + (wtype == T_Q4_0 ? 18u : 20u) * b;
                     d = w_f16(bb);
-                    if (p.type == T_Q4_1) m = w_f16(bb + 2u);
-                    int off = p.type == T_Q4_0 ? 8 : 0;
+                    if (wtype == T_Q4_1) m = w_f16(bb + 2u);
+                    int off = wtype == T_Q4_0 ? 8 : 0;
                     if (((bb + hdr) & 3u) == 0u) { // the 16 bytes as 4 aligned words
                         for (uint w = 0u; w < 4u; w++) {
                             uint q = W[(bb + hdr) / 4u + w];
@@ -227,7 +250,7 @@ void main() {
                     float dx = adv(t, b, nb);
                     precise float dd = d * dx;
                     precise float pr = dd * float(isum);
-                    if (p.type == T_Q4_1) {
+                    if (wtype == T_Q4_1) {
                         precise float md = m * dx;
                         precise float p2 = md * float(asum);
                         pr = pr + p2;
@@ -237,7 +260,7 @@ void main() {
                 }
             }
         }
-        if (p.type != T_F32 && p.type != T_F16) {
+        if (wtype != T_F32 && wtype != T_F16) {
             for (uint k = 0u; k < NT; k++) red[k][lid] = acc[k];
             barrier();
             if (valid && lane < nt) { // lane k of the row: token t0 + k from the row's 8 lanes
