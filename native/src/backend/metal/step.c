@@ -13,9 +13,9 @@
 
 /* bindings and push-constant blocks as the shaders' GLSL declares them (vulkan/shaders) */
 const gt_mtl_kernel_info gt_mtl_kernels[GT_MTL_K_COUNT] = {
-    [GT_MTL_K_EMBED] = {"embed", B(0) | B(1) | B(3), 5 * 4, 64},
+    [GT_MTL_K_EMBED] = {"embed", B(0) | B(1) | B(3), 7 * 4, 64},
     [GT_MTL_K_QUANT] = {"quant", B(2) | B(4) | B(5), 3 * 4, 64},
-    [GT_MTL_K_MATVEC] = {"matvec", B(0) | B(2) | B(3) | B(4) | B(5), 8 * 4, 64},
+    [GT_MTL_K_MATVEC] = {"matvec", B(0) | B(2) | B(3) | B(4) | B(5), 9 * 4, 64},
     [GT_MTL_K_RMSNORM] = {"rmsnorm", B(1) | B(2) | B(3) | B(7), 6 * 4, 64},
     [GT_MTL_K_ROPE] = {"rope", B(1) | B(2) | B(3), 7 * 4, 64},
     [GT_MTL_K_KVSTORE] = {"kvstore", B(1) | B(2) | B(3) | B(6), 13 * 4, 64},
@@ -272,7 +272,8 @@ static void rec_matvec(rec *r, const gt_mtl_wref *w, gt_mtl_scratch x, gt_mtl_sc
     gt_mtl_dispatch *d = add(r, GT_MTL_K_MATVEC, w->n_out);
     if (!d) return;
     const uint32_t w_off = bind_weight(&d->bind[0], w);
-    const uint32_t pc[8] = {w_off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->n_out, acc};
+    const uint32_t pc[9] = {w_off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->n_out, acc,
+                            0 /* y_off */};
     memcpy(d->pc, pc, sizeof pc);
     d->bind[2] = scratch(x);
     d->bind[3] = scratch(y);
@@ -315,8 +316,8 @@ size_t gt_mtl_step_plan(const gt_mtl_step_in *in, gt_mtl_dispatch *out, size_t c
     gt_mtl_dispatch *dp = add(&r, GT_MTL_K_EMBED, N);
     if (dp) {
         const uint32_t w_off = bind_weight(&dp->bind[0], in->tok);
-        const uint32_t pc[5] = {w_off, in->tok->type, in->tok->n_in, in->tok->row_bytes,
-                                fbits(cf->embed_scale)};
+        const uint32_t pc[7] = {w_off, in->tok->type, in->tok->n_in, in->tok->row_bytes,
+                                fbits(cf->embed_scale), 0, UINT32_MAX /* every row */};
         memcpy(dp->pc, pc, sizeof pc);
         dp->bind[1] = scratch(GT_MTL_S_IN);
         dp->bind[3] = scratch(GT_MTL_S_X);

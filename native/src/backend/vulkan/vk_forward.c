@@ -43,11 +43,15 @@ typedef struct vbuf {
     uint64_t size;
 } vbuf;
 
-/* A weight matrix on the device: its buffer and byte offset there. */
+/* A weight matrix on the device: its buffer and byte offset there; or a part of one split over
+ * several buffers (vk_model.c's chunks of whole rows): rows [row0, row0 + n_out) of ldy. */
 typedef struct wref {
     VkBuffer buf;
     uint32_t off, type, n_in, n_out, row_bytes;
+    uint32_t row0, ldy;
 } wref;
+
+#define MAX_PARTS 16 /* parts of the embedding table / output (a 1 GiB table on lavapipe: 9) */
 
 enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_PER_LAYER };
 
@@ -77,7 +81,8 @@ typedef struct gt_vk_fwd {
     uint32_t out_norm; /* output_norm's offset */
     layer_recipe *lr;  /* n_layer */
     vbuf norms;        /* the same on the device (at the first session) */
-    wref tok, out;
+    wref tok[MAX_PARTS], out[MAX_PARTS];
+    int32_t n_tok, n_out;
     wref *lw; /* n_layer * W_PER_LAYER */
     int32_t cap_rows, cap_ctx;
     vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg;
@@ -233,19 +238,39 @@ static void check_model(const geist_model *m, char *buf, size_t cap) {
     }
 }
 
-static bool wref_of(const gt_vk_model *vm, const gt_weight *w, wref *out) {
-    const uint64_t off = (uint64_t)(w->data - vm->model->gguf.base);
-    for (int32_t i = 0; i < vm->n_chunks; i++) {
-        const gt_vk_chunk *ch = &vm->chunks[i];
-        if (off >= ch->src_off && off < ch->src_off + ch->size) {
-            const uint64_t at = off - ch->src_off + ch->shift;
-            if (at > UINT32_MAX) return false;
-            *out = (wref){ch->buf, (uint32_t)at, w->type, (uint32_t)w->n_in, (uint32_t)w->n_out,
-                          (uint32_t)w->row_bytes};
-            return true;
+/* w as parts of whole rows, each inside one device buffer (at most max, else false) */
+static bool wref_parts(const gt_vk_model *vm, const gt_weight *w, wref *out, int32_t max,
+                       int32_t *n) {
+    const uint64_t base = (uint64_t)(w->data - vm->model->gguf.base), rb = w->row_bytes;
+    *n = 0;
+    for (int64_t r = 0; r < w->n_out;) {
+        const uint64_t off = base + (uint64_t)r * rb;
+        int32_t best = -1;
+        uint64_t best_rows = 0;
+        for (int32_t i = 0; i < vm->n_chunks; i++) { /* the chunk holding most rows from r */
+            const gt_vk_chunk *ch = &vm->chunks[i];
+            if (off < ch->src_off || off >= ch->src_off + ch->size) continue;
+            const uint64_t fit = (ch->src_off + ch->size - off) / (rb ? rb : 1);
+            if (fit > best_rows) {
+                best = i;
+                best_rows = fit;
+            }
         }
+        if (best < 0 || best_rows == 0 || *n == max) return false;
+        const gt_vk_chunk *ch = &vm->chunks[best];
+        const uint64_t at = off - ch->src_off + ch->shift;
+        const int64_t nr = (int64_t)best_rows < w->n_out - r ? (int64_t)best_rows : w->n_out - r;
+        if (at > UINT32_MAX) return false;
+        out[(*n)++] = (wref){ch->buf, (uint32_t)at, w->type, (uint32_t)w->n_in, (uint32_t)nr,
+                             (uint32_t)w->row_bytes, (uint32_t)r, (uint32_t)w->n_out};
+        r += nr;
     }
-    return false;
+    return *n > 0;
+}
+
+static bool wref_of(const gt_vk_model *vm, const gt_weight *w, wref *out) {
+    int32_t n;
+    return wref_parts(vm, w, out, 1, &n);
 }
 
 void gt_vk_fwd_free(gt_vk_model *vm) {
@@ -286,7 +311,8 @@ geist_status gt_vk_fwd_init(gt_vk_model *vm, gt_err *err) {
     }
     pthread_mutex_init(&fw->lock, NULL);
     vm->fwd = fw;
-    bool ok = wref_of(vm, &m->tok_embd, &fw->tok) && wref_of(vm, &m->output, &fw->out);
+    bool ok = wref_parts(vm, &m->tok_embd, fw->tok, MAX_PARTS, &fw->n_tok) &&
+              wref_parts(vm, &m->output, fw->out, MAX_PARTS, &fw->n_out);
     for (int32_t il = 0; ok && il < c->n_layer; il++) {
         const gt_layer *L = &m->layers[il];
         const gt_weight *ws[W_PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo,
@@ -634,7 +660,8 @@ static void rec_quant(rec *r, VkBuffer src, uint32_t n_in, uint32_t n_tok, int f
 static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok, bool acc) {
     const int fmt = act_fmt(w->type);
     if (fmt >= 0 && (r->aq_src != x || r->aq_fmt != fmt)) rec_quant(r, x, w->n_in, n_tok, fmt);
-    const uint32_t pc[8] = {w->off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->n_out, acc};
+    const uint32_t pc[9] = {w->off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->ldy, acc,
+                            w->row0};
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
     dispatch(r, P_MATVEC, b, pc, sizeof pc, w->n_out);
 }
@@ -738,7 +765,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     geist_status st = grow_scratch(vm, MAX_ROWS, max_ctx, err);
     if (st) return st;
     /* descriptor sets for this pass (one per dispatch) */
-    const uint32_t sets = (uint32_t)cf->n_layer * (24 + 3 * (uint32_t)n_groups) + 8;
+    const uint32_t sets = (uint32_t)cf->n_layer * (24 + 3 * (uint32_t)n_groups) + 8 + 2 * MAX_PARTS;
     if (sets > fw->dpool_sets) {
         if (fw->dpool) c->f.DestroyDescriptorPool(c->dev, fw->dpool, NULL);
         fw->dpool = VK_NULL_HANDLE;
@@ -787,10 +814,12 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot begin a command buffer");
     const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
     const uint32_t hk = (uint32_t)cf->head_dim_k;
-    {
-        struct { uint32_t w_off, type, n_in, row_bytes; float scale; } pc = {
-            fw->tok.off, fw->tok.type, fw->tok.n_in, fw->tok.row_bytes, cf->embed_scale};
-        const VkBuffer b[N_BIND] = {fw->tok.buf, fw->in.buf, 0, fw->x.buf, 0, 0, 0, 0};
+    for (int32_t i = 0; i < fw->n_tok; i++) {
+        const wref *tw = &fw->tok[i];
+        struct { uint32_t w_off, type, n_in, row_bytes; float scale; uint32_t row_lo, row_hi; } pc = {
+            tw->off, tw->type, tw->n_in, tw->row_bytes, cf->embed_scale, tw->row0,
+            tw->row0 + tw->n_out};
+        const VkBuffer b[N_BIND] = {tw->buf, fw->in.buf, 0, fw->x.buf, 0, 0, 0, 0};
         dispatch(&r, P_EMBED, b, &pc, sizeof pc, N);
     }
     for (int32_t il = 0; il < cf->n_layer; il++) {
@@ -843,7 +872,8 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     if (n_lg > 0) {
         rec_norm(&r, fw->x.buf, fw->xn.buf, (uint32_t)n_lg, d, fw->out_norm, gather_at, cf->eps,
                  false);
-        rec_matvec(&r, &fw->out, fw->xn.buf, fw->lg.buf, (uint32_t)n_lg, false);
+        for (int32_t i = 0; i < fw->n_out; i++) /* the output's parts: rows row0.. of y */
+            rec_matvec(&r, &fw->out[i], fw->xn.buf, fw->lg.buf, (uint32_t)n_lg, false);
     }
     const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                                 .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,

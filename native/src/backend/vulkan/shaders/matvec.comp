@@ -1,6 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// y[t * ldy + r] (+)= dot(W[r], x[t]) for t < n_tok, one workgroup per output row r. Up to 8
+// y[t * ldy + y_off + r] (+)= dot(W[r], x[t]) for t < n_tok, one workgroup per output row r (y_off:
+// the first row of a weight split over several buffers, vk_forward.c's parts). Up to 8
 // tokens share one pass over the row (decode batches of several sessions); more tokens loop.
 // F32/F16 weights take float activations (binding 2); Q8_0/Q4_0/Q4_1/Q5_0 the 8-bit activations
 // of quant.comp in blocks of 32, Q4_K/Q6_K in blocks of 256 (bindings 4, 5), in exact integer
@@ -12,7 +13,7 @@ layout(std430, binding = 3) buffer Yb { float Y[]; };
 layout(std430, binding = 4) readonly buffer Qb { uint AQ[]; };
 layout(std430, binding = 5) readonly buffer Db { float AD[]; };
 layout(push_constant) uniform P {
-    uint w_off, type, n_in, row_bytes, n_out, n_tok, ldy, accumulate;
+    uint w_off, type, n_in, row_bytes, n_out, n_tok, ldy, accumulate, y_off;
 } p;
 #include "common.glsl"
 #define NT 8u
@@ -154,7 +155,7 @@ void main() {
             for (uint k = 0u; k < NT; k++) red[k][lid] = acc[k];
             barrier();
             if (lid < nt) {
-                uint o = (t0 + lid) * p.ldy + r;
+                uint o = (t0 + lid) * p.ldy + p.y_off + r;
                 precise float s01 = red[lid][0] + red[lid][1];
                 precise float s23 = red[lid][2] + red[lid][3];
                 precise float s45 = red[lid][4] + red[lid][5];
@@ -176,7 +177,7 @@ void main() {
             barrier();
         }
         if (lid < nt) {
-            uint o = (t0 + lid) * p.ldy + r;
+            uint o = (t0 + lid) * p.ldy + p.y_off + r;
             Y[o] = p.accumulate != 0u ? Y[o] + red[lid][0] : red[lid][0];
         }
         barrier();
