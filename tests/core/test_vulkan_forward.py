@@ -177,8 +177,6 @@ def test_snapshot_restore_fork_truncate(kv_mode: str) -> None:
 
 @pytest.mark.parametrize(("family", "match"),
                          [("qwen2", r"architectures only; this model is qwen2"),
-                          ("qwen3", r"architectures only; this model is qwen3"),
-                          ("phi3", r"architectures only; this model is phi3"),
                           ("gemma2", r"architectures only; this model is gemma2")])
 def test_new_architectures_are_refused(family: str, match: str) -> None:
     eng = geist.Engine(backend="vulkan")
@@ -202,9 +200,11 @@ def test_llama3_rope_freqs_match_cpu_scalar() -> None:
 # over 1 KV head of 128, QK norms, post-norms, GELU, embedding scale sqrt(d_model), tied output.
 # The 8-token prompt runs as one pass over a ring of 8 (its rows staged while they attend, kv.h's
 # GT_KV_STAGED), the 32 tokens after it wrap every ring four times. mistral: llama with a window
-# of 16 on every layer and linear rope scaling 2.
+# of 16 on every layer and linear rope scaling 2. qwen3 (per-head QK norms, NeoX rotary) and phi3
+# (fused attn_qkv and gate|up as row views, partial rotary) take the same recipe.
 @pytest.mark.parametrize(("family", "weight_type"),
-                         [("gemma3", "Q8_0"), ("mistral", "Q8_0")])
+                         [("gemma3", "Q8_0"), ("mistral", "Q8_0"), ("qwen3", "Q8_0"),
+                          ("phi3", "Q8_0")])
 def test_sliding_window_families_match_cpu_scalar_bit_for_bit(family: str,
                                                                weight_type: str) -> None:
     path = testing.family_fixture_path(family, weight_type)

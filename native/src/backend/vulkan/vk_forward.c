@@ -1,4 +1,4 @@
-/* The device forward pass (llama, gemma3): every layer of a batched step on the GPU, in one
+/* The device forward pass (llama, gemma3, qwen3, phi3): every layer of a batched step on the GPU, in one
  * command buffer per step of up to MAX_ROWS rows (larger steps run as consecutive passes, a
  * session's earlier rows first), with no host round trip between layers. The host fills one
  * small buffer per pass (tokens, positions, which rows want logits, the rotary cos/sin computed
@@ -183,9 +183,10 @@ static bool type_ok(uint32_t t) {
 static void check_model(const geist_model *m, char *buf, size_t cap) {
     const gt_config *c = &m->cfg;
     buf[0] = '\0';
-    if (c->arch != GT_ARCH_LLAMA && c->arch != GT_ARCH_GEMMA3) {
-        snprintf(buf, cap, "vulkan: the device forward pass runs the llama and gemma3 "
-                 "architectures only; this model is %s (use a CPU backend)", c->arch_name);
+    if (c->arch != GT_ARCH_LLAMA && c->arch != GT_ARCH_GEMMA3 && c->arch != GT_ARCH_QWEN3 &&
+        c->arch != GT_ARCH_PHI3) {
+        snprintf(buf, cap, "vulkan: the device forward pass runs the llama, gemma3, qwen3 and "
+                 "phi3 architectures only; this model is %s (use a CPU backend)", c->arch_name);
         return;
     }
     if (c->attn_softcap > 0.0f || c->final_softcap > 0.0f) {
