@@ -321,9 +321,12 @@ geist_status gt_vk_fwd_init(gt_vk_model *vm, gt_err *err) {
         for (int i = 0; ok && i < W_PER_LAYER; i++)
             ok = wref_of(vm, ws[i], &fw->lw[il * W_PER_LAYER + i]);
     }
-    if (!ok) {
+    if (!ok) { /* a layer matrix split over buffers (larger than one), or more parts */
         gt_vk_fwd_free(vm);
-        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: a weight lies outside the device buffers");
+        return gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: a weight matrix does not fit the "
+                       "device's storage buffers (%llu bytes each; the embedding table and the "
+                       "output may span %d)", (unsigned long long)vm->ctx->probe.max_buffer,
+                       MAX_PARTS);
     }
     /* the layers' recipes and norm vectors, the latter while the span is readable (a file's
      * pages may be dropped after); on the device with the first session */
