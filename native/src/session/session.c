@@ -66,7 +66,7 @@ geist_status gt_session_new(geist_model *model, int32_t max_seq_len, int32_t kv_
             rows[il] = gt_kv_layer_rows(&geom, model->layers[il].sliding, c->sliding_window,
                                         max_seq_len - n_prefix, &ring);
         }
-        const gt_dev_kv_desc d = {kv_mode, max_seq_len, c->n_layer, rows};
+        const gt_dev_kv_desc d = {kv_mode, max_seq_len, c->n_layer, rows, n_prefix};
         geist_status st = model->backend->device->kv_alloc(model->dev, &d, &dev_kv, err);
         free(rows);
         if (st) return st;

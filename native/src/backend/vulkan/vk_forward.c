@@ -93,6 +93,7 @@ struct gt_dev_kv {
     gt_vk_model *vm;
     vbuf b;
     int32_t mode, max_seq, n_layer;
+    int32_t n_prefix;         /* the shared prefix's positions before the own ones (0: none) */
     uint32_t kd, vd;          /* values per position */
     uint32_t krow, vrow;      /* bytes per position (session/kv.c's row format) */
     int32_t *rows;            /* per layer: rows held (storage position q in slot q % rows) */
@@ -494,11 +495,11 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
         return gt_fail(err, GEIST_ERR_UNSUPPORTED,
                        "vulkan: KV mode %d is not supported on the device (supported: 0 = F32, "
                        "1 = F16, 2 = INT8)", (int)d->kv_mode);
-    if (d->n_layer != cf->n_layer)
-        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "vulkan: a KV descriptor of %d layers",
-                       (int)d->n_layer);
+    if (d->n_layer != cf->n_layer || d->n_prefix < 0 || d->n_prefix >= d->max_seq_len)
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "vulkan: a KV descriptor of %d layers "
+                       "after %d prefix positions", (int)d->n_layer, (int)d->n_prefix);
     for (int32_t il = 0; il < d->n_layer; il++)
-        if (d->rows[il] < 1 || d->rows[il] > d->max_seq_len)
+        if (d->rows[il] < 1 || d->rows[il] > d->max_seq_len - d->n_prefix)
             return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "vulkan: layer %d of a KV descriptor "
                            "holds %d rows", (int)il, (int)d->rows[il]);
     const gt_config *c = &vm->model->cfg;
@@ -517,6 +518,7 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
     kv->vm = vm;
     kv->mode = d->kv_mode;
     kv->max_seq = d->max_seq_len;
+    kv->n_prefix = d->n_prefix;
     kv->n_layer = d->n_layer;
     kv->kd = (uint32_t)(c->n_head_kv * c->head_dim_k);
     kv->vd = (uint32_t)(c->n_head_kv * c->head_dim_v);
@@ -536,7 +538,7 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
         kv->rows[il] = d->rows[il];
         kv->at[il] = words;
         words += (uint64_t)d->rows[il] * (kv->krow + kv->vrow) / 4;
-        ring = ring || (vm->model->layers[il].sliding && d->rows[il] < d->max_seq_len);
+        ring = ring || d->rows[il] < d->max_seq_len - d->n_prefix;
     }
     if (ring) {
         kv->stage_at = words;
@@ -753,6 +755,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     for (int32_t t = 0; t < n; t++) {
         const gt_dev_row *rw = &rows[t];
         if (rw->kv->vm != vm || rw->pos >= rw->kv->max_seq || rw->pos < rw->n_prefix ||
+            rw->n_prefix != rw->kv->n_prefix ||
             (rw->prefix != NULL) != (rw->n_prefix > 0) ||
             (rw->prefix && (rw->prefix->vm != vm || rw->n_prefix > rw->prefix->max_seq)))
             return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "vulkan: a row's KV does not fit");
@@ -853,8 +856,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         bool staged[MAX_ROWS];
         for (int32_t g = 0; g < n_groups; g++) {
             const grp *G = &groups[g];
-            staged[g] = G->n > 1 && G->kv->rows[il] < G->kv->max_seq - G->n_prefix &&
-                        G->kv->stage_at != 0;
+            staged[g] = G->n > 1 && G->kv->rows[il] < G->kv->max_seq - G->n_prefix;
             rec_kvstore(&r, cf, G, il, staged[g]);
         }
         for (int32_t g = 0; g < n_groups; g++)
