@@ -287,6 +287,28 @@ def test_shared_prefix_sessions_match_cpu_scalar(family: str, weight_type: str, 
     assert got["ids"] == ref["ids"] and got["batched"] == ref["batched"]
 
 
+def test_device_kv_keeps_rings_on_sliding_layers() -> None:
+    """docs/MEMORY.md's device KV: per layer its rows (a ring of the window on sliding layers,
+    the own positions after a prefix), plus the stage of a pass's rows when a layer is a ring."""
+    path = testing.family_fixture_path("gemma3", "Q8_0")  # 5 sliding (window 8) + 1 global
+    eng = geist.Engine(backend="vulkan")
+    with geist.Model.load(path, engine=eng) as m:
+        row = 2 * (128 + 128) * 1  # F16: (k + v) x 2, one KV head of 128
+        p = m.prefix(PROMPT)  # 8 positions: every layer 8 rows, no ring
+        a = m.session(max_seq_len=40)
+        b = m.session(max_seq_len=40, prefix=p)
+        want = {"prefix": 6 * 8 * row, "a": (5 * 8 + 40 + 64) * row,
+                "b": (5 * 8 + 32 + 64) * row}
+        got = {"prefix": p.memory()["device_local"], "a": a.memory()["device_local"],
+               "b": b.memory()["device_local"]}
+        for k, v in want.items():  # the driver may round an allocation up
+            assert v <= got[k] < v + 65536, (k, got[k], v)
+        a.close()
+        b.close()
+        p.close()
+    eng.close()
+
+
 def test_shaders_translate_to_msl() -> None:
     """Every built shader through SPIRV-Cross's MSL backend (Metal / MoltenVK): no 64-bit
     atomics, no features MSL lacks."""

@@ -162,4 +162,7 @@ void gt_session_memory(const geist_session *s, geist_memory_report *out) {
     out->other = sizeof *s + (uint64_t)s->model->cfg.n_layer * sizeof(gt_kv_layer) +
                  (uint64_t)(s->max_seq_len - s->n_prefix) * sizeof(int32_t);
     out->shared_prefix = s->prefix ? s->prefix->s->kv_bytes : 0;
+    /* a device session's KV on the device (its host layers above are the image buffer of
+     * snapshots and fork); a shared prefix's device KV is the prefix's */
+    if (s->dev_kv) out->device_local = s->model->backend->device->kv_bytes(s->dev_kv);
 }
