@@ -76,7 +76,11 @@ typedef struct gt_dev_kv_desc {
     int32_t kv_mode;     /* a geist_kv_mode */
     int32_t max_seq_len; /* positions the session may hold */
     int32_t n_layer;
-    const int32_t *rows; /* n_layer: rows per layer (a ring of min(window, max) on sliding ones) */
+    const int32_t *rows; /* n_layer: rows per layer for the session's own positions
+                          * (max_seq_len - n_prefix; a ring of min(window, that) on sliding
+                          * layers: session/kv.c's gt_kv_layer_rows), storage position q in row
+                          * q % rows */
+    int32_t n_prefix;    /* positions of the shared prefix the session starts on (0: none) */
 } gt_dev_kv_desc;
 
 /* One row of a batched step. */

@@ -1,6 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// y[t * ldy + r] (+)= dot(W[r], x[t]) for t < n_tok, one workgroup per output row r. Up to 8
+// y[t * ldy + y_off + r] (+)= dot(W[r], x[t]) for t < n_tok, one workgroup per output row r (y_off:
+// the first row of a weight split over several buffers, vk_forward.c's parts). Up to 8
 // tokens share one pass over the row (decode batches of several sessions); more tokens loop.
 // F32/F16 weights take float activations (binding 2); Q8_0/Q4_0/Q4_1/Q5_0 the 8-bit activations
 // of quant.comp in blocks of 32, Q4_K/Q6_K in blocks of 256 (bindings 4, 5), in exact integer
@@ -21,9 +22,9 @@
 // (the pass's inputs, then bound there instead of the unused scales) from word 5 n_tok, as
 // vk_forward.c writes them; saving rope.comp's dispatch and barrier. Bit 4 (with bit 1): x's
 // rows are the residual stream, normalized here as rmsnorm.comp does (rmsscale.glsl: the same
-// lanes, the same float-float sums) with the norm vector number (type >> 8) of the norm weights
-// bound at 4 (n_in floats each; unused scratch then), saving rmsnorm.comp's dispatch and
-// barrier; the type is then type & 255.
+// lanes, the same float-float sums) with the norm vector at float type >> 8 of the norm weights
+// bound at 4 (unused scratch then), saving rmsnorm.comp's dispatch and barrier; the type is then
+// type & 255.
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint ROWS8 = 0u;
 layout(constant_id = 1) const float NORM_EPS = 1e-5; // bit 4: the model's RMSNorm epsilon
@@ -33,7 +34,7 @@ layout(std430, binding = 3) buffer Yb { float Y[]; };
 layout(std430, binding = 4) readonly buffer Qb { uint AQ[]; };
 layout(std430, binding = 5) readonly buffer Db { float AD[]; };
 layout(push_constant) uniform P {
-    uint w_off, type, n_in, row_bytes, n_out, n_tok, ldy, accumulate;
+    uint w_off, type, n_in, row_bytes, n_out, n_tok, ldy, accumulate, y_off;
 } p;
 #include "common.glsl"
 #include "f16.glsl"
@@ -98,7 +99,7 @@ void main() {
     gated = selfq && (p.accumulate & 4u) != 0u;
     normed = selfq && (p.accumulate & 16u) != 0u;
     wtype = ROWS8 != 0u ? p.type & 255u : p.type;
-    nw0 = (p.type >> 8) * p.n_in;
+    nw0 = p.type >> 8;
     bool roped = selfq && (p.accumulate & 8u) != 0u;
     bool kq = wtype == T_Q4_K || wtype == T_Q6_K;
     for (uint t0 = 0u; t0 < p.n_tok; t0 += NT) {
@@ -264,7 +265,7 @@ void main() {
             for (uint k = 0u; k < NT; k++) red[k][lid] = acc[k];
             barrier();
             if (valid && lane < nt) { // lane k of the row: token t0 + k from the row's 8 lanes
-                uint o = (t0 + lane) * p.ldy + r, l0 = 8u * slot;
+                uint o = (t0 + lane) * p.ldy + p.y_off + r, l0 = 8u * slot;
                 precise float s01 = red[lane][l0] + red[lane][l0 + 1u];
                 precise float s23 = red[lane][l0 + 2u] + red[lane][l0 + 3u];
                 precise float s45 = red[lane][l0 + 4u] + red[lane][l0 + 5u];
@@ -281,7 +282,7 @@ void main() {
                 uint hd = (p.accumulate >> 8) & 0xFFFu, nrot = p.accumulate >> 20;
                 uint j = r % hd;
                 if (valid && lane < nt) {
-                    uint o = (t0 + lane) * p.ldy + r;
+                    uint o = (t0 + lane) * p.ldy + p.y_off + r;
                     if (j < nrot) {
                         uint at = 5u * p.n_tok + (t0 + lane) * nrot + (j >> 1);
                         float c = AD[at], sn = AD[at + nrot / 2u];
@@ -304,7 +305,7 @@ void main() {
             barrier();
         }
         if (lid < nt) {
-            uint o = (t0 + lid) * p.ldy + r;
+            uint o = (t0 + lid) * p.ldy + p.y_off + r;
             Y[o] = (p.accumulate & 1u) != 0u ? Y[o] + red[lid][0] : red[lid][0];
         }
         barrier();
