@@ -23,6 +23,17 @@ layout(push_constant) uniform P {
     uint window, n_prefix, rows, stage_pos0, stage_row0, sk_at, sv_at, pmode, pk_at, pv_at, prows;
 } p;
 shared float red[64];
+// The row's scores / weights in shared memory when they fit (SH_MAX positions), else in S: the
+// same values either way; the output loop's weights then come without a global load each.
+#define SH_MAX 4096u
+shared float ssh[SH_MAX];
+bool use_sh;
+uint sbase;
+float sget(uint j) { return use_sh ? ssh[j] : S[sbase + j]; }
+void sset(uint j, float v) {
+    if (use_sh) ssh[j] = v;
+    else S[sbase + j] = v;
+}
 #include "vexp.glsl"
 // a 32-bit word of the session's cache (own or stage) or of the prefix's
 uint word(bool pre, uint i) { return pre ? PKV[i] : KV[i]; }
@@ -85,10 +96,12 @@ void main() {
     uint qb = (t * p.n_head + h) * p.hk;
     uint sb = (p.row0 * p.n_head + gl_WorkGroupID.x) * p.s_stride; // the row's own scores: sessions
     // of one step may run at once (vk_forward.c puts no barrier between their dispatches)
+    use_sh = n_ctx <= SH_MAX;
+    sbase = sb;
     float mx = -1.0 / 0.0;
     for (uint j = lid; j < n_ctx; j += 64u) {
         precise float sc = score(loc(first + j), g, qb) * p.scale;
-        S[sb + j] = sc;
+        sset(j, sc);
         mx = max(mx, sc);
     }
     red[lid] = mx;
@@ -102,12 +115,17 @@ void main() {
     barrier();
     // kv.c: softmax_f16_plain when every segment the row reads is F16
     bool f16 = p.mode == 1u && (first >= p.n_prefix || p.pmode == 1u);
+    for (uint j = lid; j < n_ctx; j += 64u) { // every lane's exponentials, then 8 lanes' sums
+        precise float x = sget(j) - mx;
+        float e = f16 ? vexp1(x) : exp(x);
+        sset(j, e);
+    }
+    memoryBarrierBuffer();
+    barrier();
     if (lid < 8u) { // lane lid: positions first + lid, first + lid + 8, ... in order
         precise float sum = 0.0;
         for (uint j = lid; j < n_ctx; j += 8u) {
-            precise float x = S[sb + j] - mx;
-            float e = f16 ? vexp1(x) : exp(x);
-            S[sb + j] = e;
+            float e = sget(j);
             sum = sum + e;
         }
         red[lid] = sum;
@@ -120,7 +138,7 @@ void main() {
         precise float o = 0.0;
         for (uint j = 0u; j < n_ctx; j++) {
             Loc l = loc(first + j);
-            precise float w = S[sb + j] * inv;
+            precise float w = sget(j) * inv;
             if (l.mode == 2u) {
                 uint r0 = l.v + l.slot * (p.n_head_kv * (1u + p.hv / 4u)) + g * (1u + p.hv / 4u);
                 precise float ws = w * uintBitsToFloat(word(l.pre, r0));
