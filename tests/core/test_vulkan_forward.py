@@ -158,6 +158,41 @@ def test_eight_sessions_in_one_step_match_each_alone() -> None:
     assert all(len(ids) > 0 for ids in alone)
 
 
+def test_decode_steps_replay_one_recording_with_fused_products() -> None:
+    # vk_forward.c plans each pass as a list of dispatches and resubmits the last recording when
+    # the list is unchanged (every decode step of one session); for decode rows the products make
+    # their own 8-bit activations, the RMSNorms inside the products that read them, gate/up are
+    # one product with the SiLU inside down's, the rotation inside Q and K: 8 dispatches and 6
+    # barriers a layer, 3 more dispatches and 2 barriers for the embedding and the logits (their
+    # exactness: test_fixture_matches_cpu_scalar)
+    path = testing.fixture_path("llama", "Q4_1")
+    eng = geist.Engine(backend="vulkan")
+    with geist.Model.load(path, engine=eng) as m:
+        n_layer = int(m.info["n_layer"])
+        assert m.device_stats()["passes"] == 0
+        s = m.session(max_seq_len=64)
+        s.eval(PROMPT)
+        s.step(None)  # the first decode pass: recorded
+        before = m.device_stats()
+        for _ in range(6):
+            s.step(None)
+        after = m.device_stats()
+        s.close()
+    eng.close()
+    d = {k: after[k] - before[k] for k in after}
+    assert d["passes"] == d["rows"] == d["logit_rows"] == 6, d
+    assert d["recorded"] == 0, d
+    assert d["dispatches"] == 6 * (8 * n_layer + 3), d
+    assert d["barriers"] == 6 * (6 * n_layer + 2), d
+    assert d["wait_ns"] > 0 and d["plan_ns"] > 0
+    assert d["gpu_timed"] in (0, 6) and (d["gpu_ns"] > 0) == (d["gpu_timed"] > 0)
+    # a host backend has no counters
+    ec = geist.Engine(backend="cpu_scalar")
+    with geist.Model.load(path, engine=ec) as mc:
+        assert set(mc.device_stats().values()) == {0}
+    ec.close()
+
+
 def test_kv_modes_the_device_lacks_are_refused() -> None:
     eng = geist.Engine(backend="vulkan")
     with geist.Model.load(testing.fixture_path("llama", "Q8_0"), engine=eng) as m:

@@ -100,6 +100,18 @@ typedef struct gt_dev_options {
     bool no_import;        /* never import host pointers (copy instead) */
 } gt_dev_options;
 
+/* A device's forward-pass counters since the model's load (geist_model_device_stats): passes
+ * (command buffers submitted: a step of more than the device's rows per pass takes several),
+ * rows, rows whose logits came back, dispatches and barriers inside them, passes whose commands
+ * were recorded anew (the others resubmitted the last recording), and where the host's time went:
+ * planning the pass (inputs, the command list), recording, submit until the fence signalled,
+ * copying the logits out; gpu_ns: the device's own time between timestamps around the pass (over
+ * gpu_timed passes; 0 where the queue has no timestamps). */
+typedef struct gt_dev_stats {
+    uint64_t passes, rows, logit_rows, dispatches, barriers, recorded;
+    uint64_t plan_ns, record_ns, wait_ns, readback_ns, gpu_ns, gpu_timed;
+} gt_dev_stats;
+
 typedef struct gt_device_ops {
     /* Opens the device the options name; fails cleanly (no loader, no device) with err naming
      * why. */
@@ -124,6 +136,8 @@ typedef struct gt_device_ops {
     uint64_t (*kv_bytes)(const gt_dev_kv *kv);
     /* One step: every layer for rows of one or more sessions (a session's rows contiguous). */
     geist_status (*forward)(void *dm, const gt_dev_row *rows, int32_t n, gt_err *err);
+    /* Optional (NULL: no counters): the forward pass's counters since the model's load. */
+    void (*stats)(void *dm, gt_dev_stats *out);
 } gt_device_ops;
 
 typedef struct gt_backend {

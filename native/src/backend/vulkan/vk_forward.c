@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "vk.h"
 #include "vk_spv.h"
@@ -32,9 +33,10 @@
 #define N_BIND 8    /* storage buffer bindings of the one descriptor set layout */
 #define MAX_GROUPS_X 65535u
 
-enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_COUNT };
-static const char *const k_pipe_names[P_COUNT] = {"embed",   "quant",   "matvec", "rmsnorm",
-                                                  "rope",    "kvstore", "attn",   "act"};
+/* P_MATVEC8: matvec.comp with ROWS8 = 1 (8 rows per workgroup), for quantized weights */
+enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8, P_COUNT };
+static const char *const k_pipe_names[P_COUNT] = {"embed", "quant",   "matvec", "rmsnorm", "rope",
+                                                  "kvstore", "attn", "act",    "matvec"};
 
 typedef struct vbuf {
     VkBuffer buf;
@@ -65,6 +67,26 @@ typedef struct layer_recipe {
     uint32_t window;
 } layer_recipe;
 
+
+/* One command of a pass as the host plans it (run_pass appends, record() turns the list into a
+ * command buffer). A pass whose list equals the last one's (the usual decode step: what varies
+ * per step lives in the `in` buffer) resubmits the command buffer as it was recorded. Zeroed
+ * before being filled, so lists compare with memcmp. */
+enum { CMD_DISPATCH, CMD_COPY_LOGITS };
+typedef struct cmd {
+    uint32_t kind, pipe, barrier, pcs; /* barrier: a memory barrier before this command */
+    uint32_t gx, gy;
+    VkBuffer bind[N_BIND]; /* VK_NULL_HANDLE: unused (a placeholder is bound) */
+    uint32_t pc[32];       /* push constants (128 bytes, the layout's range) */
+} cmd;
+
+/* a descriptor set for one set of bindings: made once, reused by every pass that binds them */
+typedef struct dset {
+    VkBuffer b[N_BIND];
+    VkDescriptorSet set;
+} dset;
+#define DS_CAP 1024u
+
 typedef struct gt_vk_fwd {
     pthread_mutex_t lock; /* one step (or KV copy) of this model at a time */
     bool pipelines;       /* created (at the first session) */
@@ -85,8 +107,17 @@ typedef struct gt_vk_fwd {
     int32_t n_tok, n_out;
     wref *lw; /* n_layer * W_PER_LAYER */
     int32_t cap_rows, cap_ctx;
-    vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg;
+    vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg, lgh; /* lgh: logits' readback */
     uint64_t scratch_bytes;
+    dset *ds; /* DS_CAP, n_ds made (from dpool) */
+    uint32_t n_ds;
+    cmd *plan, *last; /* this pass's commands, and those the command buffer holds (n_last) */
+    uint32_t plan_cap, n_last;
+    bool cb_valid;    /* cb holds `last`, resubmittable */
+    VkQueryPool qp;   /* 2 timestamps around a pass, where the queue has them */
+    double ts_ns;     /* nanoseconds per timestamp tick */
+    uint64_t ts_mask; /* the valid bits */
+    gt_dev_stats stats; /* since the model's load (backend.h) */
 } gt_vk_fwd;
 
 struct gt_dev_kv {
@@ -102,6 +133,12 @@ struct gt_dev_kv {
                                * a ring; else 0 */
 };
 
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* ---- buffers ------------------------------------------------------------------------------ */
 
 static void vbuf_free(gt_vk_ctx *c, vbuf *b, uint64_t *acct) {
@@ -115,10 +152,27 @@ static void vbuf_free(gt_vk_ctx *c, vbuf *b, uint64_t *acct) {
     memset(b, 0, sizeof *b);
 }
 
-/* host: host-visible (inputs, logits); else device-local, mapped when the device's local memory
- * is host-visible too (unified memory, ReBAR). */
-static geist_status vbuf_make(gt_vk_ctx *c, uint64_t size, bool host, vbuf *b, uint64_t *acct,
+/* Where a buffer lives. VB_DEVICE: device-local, mapped when the device's local memory is
+ * host-visible too (unified memory, ReBAR). VB_UPLOAD: host-visible, written by the host and read
+ * by the device (inputs, norms): device-local when it can be (ReBAR: write-combined writes are
+ * fast). VB_READBACK: host-visible and host-cached where the device offers it (the logits'
+ * landing place): the host reads it, and reads of ReBAR or uncached memory cross the bus word by
+ * word (milliseconds for a vocabulary's logits on a discrete GPU). */
+enum { VB_DEVICE, VB_UPLOAD, VB_READBACK };
+
+/* a memory type with all of `want` and none of `avoid`, or -1 */
+static int32_t memory_type_not(const gt_vk_ctx *c, uint32_t types, VkMemoryPropertyFlags want,
+                               VkMemoryPropertyFlags avoid) {
+    for (uint32_t i = 0; i < c->mem.memoryTypeCount; i++) {
+        const VkMemoryPropertyFlags f = c->mem.memoryTypes[i].propertyFlags;
+        if ((types & (1u << i)) && (f & want) == want && !(f & avoid)) return (int32_t)i;
+    }
+    return -1;
+}
+
+static geist_status vbuf_make(gt_vk_ctx *c, uint64_t size, int kind, vbuf *b, uint64_t *acct,
                               const char *what, gt_err *err) {
+    const bool host = kind != VB_DEVICE;
     memset(b, 0, sizeof *b);
     if (size < 16) size = 16;
     const uint64_t cap = c->memory_limit ? c->memory_limit : c->probe.device_local;
@@ -140,7 +194,13 @@ static geist_status vbuf_make(gt_vk_ctx *c, uint64_t size, bool host, vbuf *b, u
     c->f.GetBufferMemoryRequirements(c->dev, b->buf, &rq);
     const VkMemoryPropertyFlags hv =
         VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    int32_t t = gt_vk_memory_type(c, rq.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | hv);
+    int32_t t = -1;
+    if (kind == VB_READBACK) {
+        t = memory_type_not(c, rq.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT,
+                                  VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+        if (t < 0) t = gt_vk_memory_type(c, rq.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+    }
+    if (t < 0) t = gt_vk_memory_type(c, rq.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | hv);
     if (t < 0) t = gt_vk_memory_type(c, rq.memoryTypeBits, host ? hv : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
     if (t < 0) t = gt_vk_memory_type(c, rq.memoryTypeBits, host ? hv : 0);
     const VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
@@ -280,7 +340,7 @@ void gt_vk_fwd_free(gt_vk_model *vm) {
     if (!fw) return;
     gt_vk_ctx *c = vm->ctx;
     vbuf *bufs[] = {&fw->norms, &fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o,
-                    &fw->gate, &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg};
+                    &fw->gate, &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         vbuf_free(c, bufs[i], &vm->memory.device_local);
     for (int i = 0; i < P_COUNT; i++)
@@ -288,12 +348,16 @@ void gt_vk_fwd_free(gt_vk_model *vm) {
     if (fw->pl) c->f.DestroyPipelineLayout(c->dev, fw->pl, NULL);
     if (fw->dsl) c->f.DestroyDescriptorSetLayout(c->dev, fw->dsl, NULL);
     if (fw->dpool) c->f.DestroyDescriptorPool(c->dev, fw->dpool, NULL);
+    if (fw->qp) c->f.DestroyQueryPool(c->dev, fw->qp, NULL);
     if (fw->fence) c->f.DestroyFence(c->dev, fw->fence, NULL);
     if (fw->cpool) c->f.DestroyCommandPool(c->dev, fw->cpool, NULL);
     pthread_mutex_destroy(&fw->lock);
     free(fw->norms_host);
     free(fw->lw);
     free(fw->lr);
+    free(fw->ds);
+    free(fw->plan);
+    free(fw->last);
     free(fw);
     vm->fwd = NULL;
 }
@@ -366,7 +430,7 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     gt_vk_ctx *c = vm->ctx;
     if (fw->pipelines) return GEIST_OK;
     if (!fw->norms.buf) {
-        geist_status st = vbuf_make(c, fw->n_norm * sizeof(float), true, &fw->norms,
+        geist_status st = vbuf_make(c, fw->n_norm * sizeof(float), VB_UPLOAD, &fw->norms,
                                     &vm->memory.device_local, "the norm weights", err);
         if (st) return st;
         memcpy(fw->norms.map, fw->norms_host, fw->n_norm * sizeof(float));
@@ -404,10 +468,15 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         VkShaderModule mod;
         if (c->f.CreateShaderModule(c->dev, &smci, NULL, &mod) != VK_SUCCESS)
             return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot load shader %s", s->name);
+        /* matvec.comp's ROWS8 = 1 and NORM_EPS, the model's RMSNorm epsilon */
+        const struct { uint32_t rows8; float eps; } sv = {1, vm->model->cfg.eps};
+        const VkSpecializationMapEntry sme[2] = {{0, 0, 4}, {1, 4, 4}};
+        const VkSpecializationInfo spec = {2, sme, sizeof sv, &sv};
         const VkComputePipelineCreateInfo cpci = {
             .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
             .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                      .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main"},
+                      .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main",
+                      .pSpecializationInfo = p == P_MATVEC8 ? &spec : NULL},
             .layout = fw->pl};
         const VkResult r = c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &cpci, NULL,
                                                        &fw->pipe[p]);
@@ -436,8 +505,41 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         fw->fence = VK_NULL_HANDLE;
         return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot create a fence");
     }
+    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, DS_CAP * N_BIND};
+    const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                             .maxSets = DS_CAP, .poolSizeCount = 1,
+                                             .pPoolSizes = &ps};
+    if (c->f.CreateDescriptorPool(c->dev, &dpci, NULL, &fw->dpool) != VK_SUCCESS) {
+        fw->dpool = VK_NULL_HANDLE;
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: cannot create a descriptor pool");
+    }
+    fw->ds = calloc(DS_CAP, sizeof *fw->ds);
+    if (!fw->ds) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan descriptors)");
+    /* timestamps around each pass, where the queue family keeps them (GPU time in the stats) */
+    VkQueueFamilyProperties q[16];
+    uint32_t nq = 16;
+    c->f.GetPhysicalDeviceQueueFamilyProperties(c->phys, &nq, q);
+    const uint32_t bits = c->queue_family < nq ? q[c->queue_family].timestampValidBits : 0;
+    if (bits > 0 && c->props.limits.timestampPeriod > 0.0f) {
+        const VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                           .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 2};
+        if (c->f.CreateQueryPool(c->dev, &qci, NULL, &fw->qp) != VK_SUCCESS) fw->qp = VK_NULL_HANDLE;
+        fw->ts_ns = c->props.limits.timestampPeriod;
+        fw->ts_mask = bits >= 64 ? UINT64_MAX : (1ull << bits) - 1;
+    }
     fw->pipelines = true;
     return GEIST_OK;
+}
+
+/* Drops the recorded pass and every cached descriptor set: before a buffer they bind is freed
+ * (scratch growth, a session's KV), since a later buffer may get the same handle. Under the lock;
+ * no pass is in flight then (each waits for its fence). */
+static void forget_recordings(gt_vk_model *vm) {
+    gt_vk_fwd *fw = vm->fwd;
+    fw->cb_valid = false;
+    fw->n_last = 0;
+    if (fw->n_ds) vm->ctx->f.ResetDescriptorPool(vm->ctx->dev, fw->dpool, 0);
+    fw->n_ds = 0;
 }
 
 /* scratch for `rows` rows attending over up to `ctx` positions */
@@ -445,12 +547,17 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     gt_vk_fwd *fw = vm->fwd;
     if (rows <= fw->cap_rows && ctx <= fw->cap_ctx) return GEIST_OK;
     if (rows < fw->cap_rows) rows = fw->cap_rows;
+    /* the attention scores grow with the context: by doubling (at least 256 positions), not a
+     * position at a time (each growth reallocates the scratch and drops the recordings) */
+    if (ctx > fw->cap_ctx && ctx < 2 * fw->cap_ctx) ctx = 2 * fw->cap_ctx;
+    if (ctx < 256) ctx = 256;
     if (ctx < fw->cap_ctx) ctx = fw->cap_ctx;
     gt_vk_ctx *c = vm->ctx;
     const gt_config *cf = &vm->model->cfg;
     uint64_t *acct = &vm->memory.device_local;
     vbuf *bufs[] = {&fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o, &fw->gate,
-                    &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg};
+                    &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh};
+    forget_recordings(vm); /* they bind the buffers freed here */
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) vbuf_free(c, bufs[i], acct);
     fw->cap_rows = fw->cap_ctx = 0;
     const uint64_t R = (uint64_t)rows, F = sizeof(float);
@@ -461,19 +568,21 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     const uint64_t od = (uint64_t)cf->n_head * (uint64_t)cf->head_dim_v;
     uint64_t wide = d > nff ? d : nff;
     if (od > wide) wide = od;
-    const struct { vbuf *b; uint64_t bytes; bool host; } want[] = {
-        {&fw->x, R * d * F, false},     {&fw->xn, R * d * F, false},
-        {&fw->q, R * qd * F, false},    {&fw->k, R * kd * F, false},
-        {&fw->v, R * vd * F, false},    {&fw->att, R * od * F, false},
-        {&fw->o, R * d * F, false},
-        {&fw->gate, R * nff * F, false}, {&fw->up, R * nff * F, false},
-        {&fw->aq, R * wide, false},     {&fw->ad, R * (wide / 32 + 1) * F, false},
-        {&fw->sc, R * (uint64_t)cf->n_head * (uint64_t)ctx * F, false},
-        {&fw->in, (R * 5 + 2 * R * (uint64_t)cf->n_rot) * 4, true}, /* two rotary tables */
-        {&fw->lg, R * (uint64_t)cf->n_vocab * F, true},
+    const struct { vbuf *b; uint64_t bytes; int kind; } want[] = {
+        {&fw->x, R * d * F, VB_DEVICE},     {&fw->xn, R * d * F, VB_DEVICE},
+        {&fw->q, R * qd * F, VB_DEVICE},    {&fw->k, R * kd * F, VB_DEVICE},
+        {&fw->v, R * vd * F, VB_DEVICE},    {&fw->att, R * od * F, VB_DEVICE},
+        {&fw->o, R * d * F, VB_DEVICE},
+        {&fw->gate, 2 * R * nff * F, VB_DEVICE}, /* [gate | up] rows when one product makes both */
+        {&fw->up, R * nff * F, VB_DEVICE},
+        {&fw->aq, R * wide, VB_DEVICE},     {&fw->ad, R * (wide / 32 + 1) * F, VB_DEVICE},
+        {&fw->sc, R * (uint64_t)cf->n_head * (uint64_t)ctx * F, VB_DEVICE},
+        {&fw->in, (R * 5 + 2 * R * (uint64_t)cf->n_rot) * 4, VB_UPLOAD}, /* two rotary tables */
+        {&fw->lg, R * (uint64_t)cf->n_vocab * F, VB_DEVICE},
+        {&fw->lgh, R * (uint64_t)cf->n_vocab * F, VB_READBACK},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        geist_status st = vbuf_make(c, want[i].bytes, want[i].host, want[i].b, acct,
+        geist_status st = vbuf_make(c, want[i].bytes, want[i].kind, want[i].b, acct,
                                     "the forward pass's scratch", err);
         if (st) {
             for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++) vbuf_free(c, bufs[j], acct);
@@ -555,7 +664,7 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
                        bytes / 1048576.0, (int)d->max_seq_len,
                        vm->ctx->probe.max_buffer / 1048576.0);
     }
-    st = vbuf_make(vm->ctx, bytes, false, &kv->b, NULL, "the session's KV cache", err);
+    st = vbuf_make(vm->ctx, bytes, VB_DEVICE, &kv->b, NULL, "the session's KV cache", err);
     if (st) {
         free(kv->rows);
         free(kv->at);
@@ -568,7 +677,10 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
 
 void gt_vk_kv_free(gt_dev_kv *kv) {
     if (!kv) return;
+    pthread_mutex_lock(&kv->vm->fwd->lock);
+    forget_recordings(kv->vm);
     vbuf_free(kv->vm->ctx, &kv->b, NULL);
+    pthread_mutex_unlock(&kv->vm->fwd->lock);
     free(kv->rows);
     free(kv->at);
     free(kv);
@@ -604,26 +716,94 @@ geist_status gt_vk_kv_io(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n, 
 typedef struct rec {
     gt_vk_ctx *c;
     gt_vk_fwd *fw;
-    VkCommandBuffer cb;
+    uint32_t n; /* commands planned (fw->plan) */
     bool failed;
     VkBuffer aq_src; /* whose 8-bit rows the activation scratch holds (format aq_fmt) */
     int aq_fmt;
+    /* hazards since the last barrier: buffers written, buffers read (placeholders excluded) */
+    VkBuffer wr[2 * N_BIND * 4], rd[8 * N_BIND * 4];
+    uint32_t n_wr, n_rd;
+    bool force;    /* a barrier before the next dispatch (after one of unknown writes) */
+    bool disjoint; /* the dispatches write disjoint ranges of what they share (per session) */
 } rec;
+
+/* The bindings each kernel writes (the others it only reads): a barrier goes before a dispatch
+ * only when it reads or writes what an earlier dispatch since the last barrier wrote, or writes
+ * what one read (independent products such as Q, K and V share no barrier). 0: unknown, a
+ * barrier before and after. */
+#define WB(i) (1u << (i))
+static const uint32_t k_writes[P_COUNT] = {
+    [P_EMBED] = WB(3), [P_QUANT] = WB(4) | WB(5), [P_MATVEC] = WB(3), [P_RMSNORM] = WB(3),
+    [P_ROPE] = WB(2) | WB(3), [P_KVSTORE] = WB(6), [P_ATTN] = WB(3) | WB(5), [P_ACT] = WB(3),
+    [P_MATVEC8] = WB(3)};
+
+static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
+    for (uint32_t i = 0; i < n; i++)
+        if (set[i] == b) return true;
+    return false;
+}
+
+static cmd *plan_next(rec *r) {
+    gt_vk_fwd *fw = r->fw;
+    if (r->failed) return NULL;
+    if (r->n == fw->plan_cap) {
+        const uint32_t cap = fw->plan_cap ? 2 * fw->plan_cap : 512;
+        cmd *p = realloc(fw->plan, cap * sizeof *p);
+        if (!p) {
+            r->failed = true;
+            return NULL;
+        }
+        fw->plan = p;
+        fw->plan_cap = cap;
+    }
+    cmd *e = &fw->plan[r->n++];
+    memset(e, 0, sizeof *e);
+    return e;
+}
 
 static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *pc, uint32_t pcs,
                      uint32_t groups) {
     if (r->failed || groups == 0) return;
-    if (pipe != P_MATVEC && pipe != P_QUANT) r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
-    gt_vk_ctx *c = r->c;
-    gt_vk_fwd *fw = r->fw;
+    if (pipe != P_MATVEC && pipe != P_MATVEC8 && pipe != P_QUANT) r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
+    const uint32_t wmask = k_writes[pipe] ? k_writes[pipe] : 0xFFu;
+    bool hazard = k_writes[pipe] == 0 || r->force;
+    for (uint32_t i = 0; i < N_BIND && !hazard; i++) {
+        if (!bind[i]) continue;
+        const bool written = among(r->wr, r->n_wr, bind[i]);
+        hazard = (written && !(r->disjoint && (wmask & WB(i)))) ||
+                 ((wmask & WB(i)) && among(r->rd, r->n_rd, bind[i]));
+    }
+    if (hazard || r->n_wr + N_BIND > sizeof r->wr / sizeof r->wr[0] ||
+        r->n_rd + N_BIND > sizeof r->rd / sizeof r->rd[0])
+        r->n_wr = r->n_rd = 0;
+    cmd *e = plan_next(r);
+    if (!e) return;
+    e->kind = CMD_DISPATCH;
+    e->pipe = (uint32_t)pipe;
+    e->barrier = r->n > 1 && r->n_wr + r->n_rd == 0; /* the first needs none (host writes: submit) */
+    e->pcs = pcs;
+    memcpy(e->bind, bind, sizeof e->bind);
+    memcpy(e->pc, pc, pcs);
+    e->gx = groups < MAX_GROUPS_X ? groups : MAX_GROUPS_X;
+    e->gy = (groups + e->gx - 1) / e->gx;
+    for (uint32_t i = 0; i < N_BIND; i++) {
+        if (!bind[i]) continue;
+        if (wmask & WB(i)) r->wr[r->n_wr++] = bind[i];
+        else r->rd[r->n_rd++] = bind[i];
+    }
+    r->force = k_writes[pipe] == 0;
+}
+
+/* the descriptor set for these bindings (unused ones get a placeholder): cached */
+static VkDescriptorSet dset_for(gt_vk_ctx *c, gt_vk_fwd *fw, const VkBuffer bind[N_BIND]) {
+    for (uint32_t i = 0; i < fw->n_ds; i++)
+        if (memcmp(fw->ds[i].b, bind, sizeof fw->ds[i].b) == 0) return fw->ds[i].set;
+    if (fw->n_ds == DS_CAP) return VK_NULL_HANDLE;
     const VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                             .descriptorPool = fw->dpool, .descriptorSetCount = 1,
                                             .pSetLayouts = &fw->dsl};
     VkDescriptorSet set;
-    if (c->f.AllocateDescriptorSets(c->dev, &ai, &set) != VK_SUCCESS) {
-        r->failed = true;
-        return;
-    }
+    if (c->f.AllocateDescriptorSets(c->dev, &ai, &set) != VK_SUCCESS) return VK_NULL_HANDLE;
     VkDescriptorBufferInfo bi[N_BIND];
     VkWriteDescriptorSet wr[N_BIND];
     for (uint32_t i = 0; i < N_BIND; i++) {
@@ -634,16 +814,56 @@ static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *
                                        .pBufferInfo = &bi[i]};
     }
     c->f.UpdateDescriptorSets(c->dev, N_BIND, wr, 0, NULL);
-    c->f.CmdBindPipeline(r->cb, VK_PIPELINE_BIND_POINT_COMPUTE, fw->pipe[pipe]);
-    c->f.CmdBindDescriptorSets(r->cb, VK_PIPELINE_BIND_POINT_COMPUTE, fw->pl, 0, 1, &set, 0, NULL);
-    c->f.CmdPushConstants(r->cb, fw->pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, pcs, pc);
-    const uint32_t gx = groups < MAX_GROUPS_X ? groups : MAX_GROUPS_X;
-    c->f.CmdDispatch(r->cb, gx, (groups + gx - 1) / gx, 1);
-    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-                                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
-    c->f.CmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+    memcpy(fw->ds[fw->n_ds].b, bind, sizeof fw->ds[fw->n_ds].b);
+    fw->ds[fw->n_ds++].set = set;
+    return set;
+}
+
+static void barrier(gt_vk_ctx *c, VkCommandBuffer cb, VkAccessFlags src, VkAccessFlags dst,
+                    VkPipelineStageFlags from, VkPipelineStageFlags to) {
+    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = src,
+                                .dstAccessMask = dst};
+    c->f.CmdPipelineBarrier(cb, from, to, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+/* the command buffer from the plan (n commands); false on a failure */
+static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
+    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    if (c->f.ResetCommandBuffer(fw->cb, 0) != VK_SUCCESS || c->f.BeginCommandBuffer(fw->cb, &bi) != VK_SUCCESS)
+        return false;
+    VkCommandBuffer cb = fw->cb;
+    const VkPipelineStageFlags CS = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+    if (fw->qp) {
+        c->f.CmdResetQueryPool(cb, fw->qp, 0, 2);
+        c->f.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, fw->qp, 0);
+    }
+    int last_pipe = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        const cmd *e = &fw->plan[i];
+        if (e->barrier) {
+            barrier(c, cb, VK_ACCESS_SHADER_WRITE_BIT,
+                    VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT, CS, CS);
+        }
+        if (e->kind == CMD_COPY_LOGITS) {
+            barrier(c, cb, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT, CS,
+                    VK_PIPELINE_STAGE_TRANSFER_BIT);
+            const VkBufferCopy bc = {0, 0, e->pc[0]};
+            c->f.CmdCopyBuffer(cb, fw->lg.buf, fw->lgh.buf, 1, &bc);
+            barrier(c, cb, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT,
+                    VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT);
+            continue;
+        }
+        const VkDescriptorSet set = dset_for(c, fw, e->bind);
+        if (!set) return false;
+        if ((int)e->pipe != last_pipe)
+            c->f.CmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, fw->pipe[e->pipe]);
+        last_pipe = (int)e->pipe;
+        c->f.CmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, fw->pl, 0, 1, &set, 0, NULL);
+        c->f.CmdPushConstants(cb, fw->pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, e->pcs, e->pc);
+        c->f.CmdDispatch(cb, e->gx, e->gy, 1);
+    }
+    if (fw->qp) c->f.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, fw->qp, 1);
+    return c->f.EndCommandBuffer(cb) == VK_SUCCESS;
 }
 
 /* the 8-bit activation format a weight type's product takes (act_quant.h): 0 blocks of 32,
@@ -663,13 +883,45 @@ static void rec_quant(rec *r, VkBuffer src, uint32_t n_in, uint32_t n_tok, int f
 
 /* y (ldy = n_out) (+)= W x for n_tok rows; x's 8-bit rows are made first when a quantized W
  * needs a format the scratch does not hold for x yet */
+/* Whether a product makes x's 8-bit rows itself (matvec.comp's bit 1): every workgroup repeats
+ * them, so only for steps of a few rows (decode: one per session), whose rows fit its shared
+ * memory (SQ_WORDS words); longer steps (prefill) quantize once (quant.comp) for all. */
+static bool selfq_fits(uint32_t n_in, uint32_t n_tok) {
+    return n_tok <= 8 && (uint64_t)n_tok * n_in / 4 <= 3072;
+}
+
+/* matvec.comp's in-product steps (bits of its `accumulate`) */
+enum { MV_ACC = 1, MV_SELFQ = 2, MV_GATED = 4, MV_ROPE = 8, MV_NORM = 16 };
+
+/* A quantized product with its 8-bit rows made inside (selfq_fits) and these steps there:
+ * MV_GATED: x holds [gate | up] rows of 2 n_in, the input is silu(gate) * up (act.comp's);
+ * MV_ROPE: the output pairs (2i, 2i + 1) of heads of hd values rotated as rope.comp does (the
+ * pass inputs' cos/sin bound at 5); MV_NORM: x is the residual stream, normalized as
+ * rmsnorm.comp does with norm vector norm_vec of fw->norms (bound at 4). */
+static void rec_mv_fused(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok,
+                         uint32_t bits, uint32_t norm_vec, uint32_t hd, uint32_t n_rot) {
+    uint32_t acc = bits | MV_SELFQ;
+    if (bits & MV_ROPE) acc |= hd << 8 | n_rot << 20;
+    const uint32_t type = w->type | ((bits & MV_NORM) ? norm_vec << 8 : 0u);
+    const uint32_t pc[9] = {w->off, type, w->n_in, w->row_bytes, w->n_out, n_tok, w->ldy, acc,
+                            w->row0};
+    const VkBuffer b[N_BIND] = {w->buf, 0, x, y,
+                                (bits & MV_NORM) ? r->fw->norms.buf : r->fw->aq.buf,
+                                (bits & MV_ROPE) ? r->fw->in.buf : r->fw->ad.buf, 0, 0};
+    dispatch(r, P_MATVEC8, b, pc, sizeof pc, (w->n_out + 7) / 8);
+}
+
 static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok, bool acc) {
     const int fmt = act_fmt(w->type);
-    if (fmt >= 0 && (r->aq_src != x || r->aq_fmt != fmt)) rec_quant(r, x, w->n_in, n_tok, fmt);
-    const uint32_t pc[9] = {w->off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->ldy, acc,
-                            w->row0};
+    /* the product makes x's 8-bit rows itself when they fit, unless the scratch holds them */
+    const bool selfq = fmt >= 0 && selfq_fits(w->n_in, n_tok) && (r->aq_src != x || r->aq_fmt != fmt);
+    if (fmt >= 0 && !selfq && (r->aq_src != x || r->aq_fmt != fmt))
+        rec_quant(r, x, w->n_in, n_tok, fmt);
+    const uint32_t pc[9] = {w->off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->ldy,
+                            (uint32_t)acc | (selfq ? 2u : 0u), w->row0};
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
-    dispatch(r, P_MATVEC, b, pc, sizeof pc, w->n_out);
+    if (fmt >= 0) dispatch(r, P_MATVEC8, b, pc, sizeof pc, (w->n_out + 7) / 8);
+    else dispatch(r, P_MATVEC, b, pc, sizeof pc, w->n_out);
 }
 
 /* y = norm(x) * w for n_rows rows of d values (the norm vector at w_off of the norms buffer);
@@ -771,24 +1023,6 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     }
     geist_status st = grow_scratch(vm, MAX_ROWS, max_ctx, err);
     if (st) return st;
-    /* descriptor sets for this pass (one per dispatch) */
-    const uint32_t sets = (uint32_t)cf->n_layer * (24 + 3 * (uint32_t)n_groups) + 8 + 2 * MAX_PARTS;
-    if (sets > fw->dpool_sets) {
-        if (fw->dpool) c->f.DestroyDescriptorPool(c->dev, fw->dpool, NULL);
-        fw->dpool = VK_NULL_HANDLE;
-        fw->dpool_sets = 0;
-        const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, sets * N_BIND};
-        const VkDescriptorPoolCreateInfo dpci = {
-            .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = sets,
-            .poolSizeCount = 1, .pPoolSizes = &ps};
-        if (c->f.CreateDescriptorPool(c->dev, &dpci, NULL, &fw->dpool) != VK_SUCCESS) {
-            fw->dpool = VK_NULL_HANDLE;
-            return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: cannot create a descriptor pool");
-        }
-        fw->dpool_sets = sets;
-    }
-    c->f.ResetDescriptorPool(c->dev, fw->dpool, 0);
-
     /* the pass's inputs: per row token, pos; the rows wanting logits; the rotary cos/sin of
      * every row, computed as session/forward.c's rope_angles, for the global layers, then the
      * local (sliding) ones */
@@ -814,13 +1048,10 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         }
     }
 
-    rec r = {c, fw, fw->cb, false, VK_NULL_HANDLE, -1};
-    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-    if (c->f.ResetCommandBuffer(fw->cb, 0) != VK_SUCCESS || c->f.BeginCommandBuffer(fw->cb, &bi) != VK_SUCCESS)
-        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot begin a command buffer");
+    const uint64_t t_plan = now_ns();
+    rec r = {.c = c, .fw = fw, .aq_src = VK_NULL_HANDLE, .aq_fmt = -1};
     const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
-    const uint32_t hk = (uint32_t)cf->head_dim_k;
+    const uint32_t kd = (uint32_t)(cf->n_head_kv * cf->head_dim_k);
     for (int32_t i = 0; i < fw->n_tok; i++) {
         const wref *tw = &fw->tok[i];
         struct { uint32_t w_off, type, n_in, row_bytes; float scale; uint32_t row_lo, row_hi; } pc = {
@@ -832,19 +1063,42 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     for (int32_t il = 0; il < cf->n_layer; il++) {
         const wref *w = &fw->lw[il * W_PER_LAYER];
         const layer_recipe *R = &fw->lr[il];
-        rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->attn_norm, 0, cf->eps, false);
-        rec_matvec(&r, &w[W_Q], fw->xn.buf, fw->q.buf, N, false);
-        rec_matvec(&r, &w[W_K], fw->xn.buf, fw->k.buf, N, false);
-        rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
+        /* the attention norm inside the Q, K, V products (each repeats it) and the rotation
+         * inside Q and K (pairs of adjacent rows), for decode-size steps of the llama recipe
+         * (no QK norm between the product and the rotation; the global rotary table, which the
+         * products read) */
+        const uint32_t hk = (uint32_t)cf->head_dim_k, nrot = (uint32_t)cf->n_rot;
+        const bool qk_q = act_fmt(w[W_Q].type) >= 0 && act_fmt(w[W_K].type) >= 0;
+        const bool fuse_rope = cf->rope_style == GT_ROPE_NORM && qk_q && selfq_fits(d, N) &&
+                               R->q_norm == NO_NORM && R->rope_table == 0 &&
+                               hk < 4096 && nrot < 4096 && w[W_Q].n_out == (uint32_t)cf->n_head * hk &&
+                               w[W_K].n_out == kd;
+        /* matvec.comp's norm vector number counts vectors of d floats */
+        const bool norm_ok = cf->arch == GT_ARCH_LLAMA && selfq_fits(d, N) &&
+                             R->attn_norm % d == 0 && R->ffn_norm % d == 0;
+        const bool fuse_n1 = norm_ok && qk_q && act_fmt(w[W_V].type) >= 0;
+        const uint32_t nb1 = fuse_n1 ? MV_NORM : 0u, nv1 = R->attn_norm / d;
+        const VkBuffer xin = fuse_n1 ? fw->x.buf : fw->xn.buf;
+        if (!fuse_n1) rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->attn_norm, 0, cf->eps, false);
+        if (fuse_rope || fuse_n1) {
+            const uint32_t rb = fuse_rope ? MV_ROPE : 0u;
+            rec_mv_fused(&r, &w[W_Q], xin, fw->q.buf, N, rb | nb1, nv1, hk, nrot);
+            rec_mv_fused(&r, &w[W_K], xin, fw->k.buf, N, rb | nb1, nv1, hk, nrot);
+        } else {
+            rec_matvec(&r, &w[W_Q], fw->xn.buf, fw->q.buf, N, false);
+            rec_matvec(&r, &w[W_K], fw->xn.buf, fw->k.buf, N, false);
+        }
+        if (fuse_n1) rec_mv_fused(&r, &w[W_V], fw->x.buf, fw->v.buf, N, MV_NORM, nv1, 0, 0);
+        else rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
         if (R->q_norm != NO_NORM) { /* per head, in place, before the rotary */
             rec_norm(&r, fw->q.buf, fw->q.buf, N * (uint32_t)cf->n_head, hk, R->q_norm, 0, cf->eps,
                      false);
             rec_norm(&r, fw->k.buf, fw->k.buf, N * (uint32_t)cf->n_head_kv, hk, R->k_norm, 0,
                      cf->eps, false);
         }
-        {
+        if (!fuse_rope) {
             const uint32_t pc[7] = {N, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv, hk,
-                                    (uint32_t)cf->n_rot, cf->rope_style == GT_ROPE_NEOX,
+                                    nrot, cf->rope_style == GT_ROPE_NEOX,
                                     R->rope_table ? rope_at_local : rope_at};
             const VkBuffer b[N_BIND] = {0, fw->in.buf, fw->q.buf, fw->k.buf, 0, 0, 0, 0};
             const uint32_t total = N * (uint32_t)(cf->n_head + cf->n_head_kv) * (uint32_t)half;
@@ -859,13 +1113,35 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             staged[g] = G->n > 1 && G->kv->rows[il] < G->kv->max_seq - G->n_prefix;
             rec_kvstore(&r, cf, G, il, staged[g]);
         }
-        for (int32_t g = 0; g < n_groups; g++)
+        for (int32_t g = 0; g < n_groups; g++) {
+            r.disjoint = g > 0; /* after the first: each session's own rows of att and scores */
             rec_attn(&r, cf, &groups[g], il, R->window,
                      staged[g] ? (uint32_t)rows[groups[g].r0].pos : UINT32_MAX);
+        }
+        r.disjoint = false;
         for (int32_t g = 0; g < n_groups; g++)
             if (staged[g]) rec_kvstore(&r, cf, &groups[g], il, false);
         rec_residual(&r, &w[W_O], fw->att.buf, N, R->post_attn, cf->eps);
-        rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);
+        /* gate and up as one product when they lie back to back (GGUF's order), the SiLU inside
+         * the down product, the FFN norm inside gate/up's; else norm, gate, up, act.comp, down */
+        const wref *wg = &w[W_GATE], *wu = &w[W_UP], *wdn = &w[W_DOWN];
+        const bool fuse_ffn = cf->act == GT_ACT_SILU && R->post_ffn == NO_NORM &&
+                              wg->buf == wu->buf &&
+                              wg->type == wu->type && wg->n_in == wu->n_in &&
+                              wg->n_out == wu->n_out && act_fmt(wg->type) >= 0 &&
+                              act_fmt(wdn->type) >= 0 && selfq_fits(wdn->n_in, N) &&
+                              (uint64_t)wu->off == (uint64_t)wg->off + (uint64_t)wg->n_out * wg->row_bytes;
+        const bool fuse_n2 = norm_ok && fuse_ffn;
+        const uint32_t nv2 = R->ffn_norm / d;
+        if (!fuse_n2) rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);
+        if (fuse_ffn) {
+            wref gu = *wg;
+            gu.n_out = gu.ldy = 2 * wg->n_out;
+            if (fuse_n2) rec_mv_fused(&r, &gu, fw->x.buf, fw->gate.buf, N, MV_NORM, nv2, 0, 0);
+            else rec_matvec(&r, &gu, fw->xn.buf, fw->gate.buf, N, false);
+            rec_mv_fused(&r, wdn, fw->gate.buf, fw->x.buf, N, MV_ACC | MV_GATED, 0, 0, 0); /* x += ffn */
+            continue;
+        }
         rec_matvec(&r, &w[W_GATE], fw->xn.buf, fw->gate.buf, N, false);
         rec_matvec(&r, &w[W_UP], fw->xn.buf, fw->up.buf, N, false);
         {
@@ -881,13 +1157,37 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         for (int32_t i = 0; i < fw->n_out; i++) /* the output's parts: rows row0.. of y */
             rec_matvec(&r, &fw->out[i], fw->xn.buf, fw->lg.buf, (uint32_t)n_lg, false);
     }
-    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-                                .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
-    c->f.CmdPipelineBarrier(fw->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                            VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
-    if (c->f.EndCommandBuffer(fw->cb) != VK_SUCCESS || r.failed)
-        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: recording the step failed");
+    if (n_lg > 0) { /* the logits into host-cached memory */
+        cmd *e = plan_next(&r);
+        if (e) {
+            e->kind = CMD_COPY_LOGITS;
+            e->pc[0] = (uint32_t)((uint64_t)n_lg * (uint64_t)cf->n_vocab * sizeof(float));
+        }
+    }
+    if (r.failed) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: out of memory (a step's plan)");
+    /* the recorded command buffer again when the plan is the last one's, else a new recording */
+    const uint64_t t_rec = now_ns();
+    const bool same = fw->cb_valid && fw->n_last == r.n &&
+                      memcmp(fw->last, fw->plan, r.n * sizeof *fw->plan) == 0;
+    if (!same) {
+        fw->cb_valid = false;
+        if (fw->n_ds + r.n > DS_CAP) forget_recordings(vm); /* room for every set of this pass */
+        if (!record(c, fw, r.n))
+            return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: recording the step failed");
+        cmd *keep = realloc(fw->last, (r.n ? r.n : 1) * sizeof *keep);
+        if (keep) {
+            memcpy(keep, fw->plan, r.n * sizeof *keep);
+            fw->last = keep;
+            fw->n_last = r.n;
+            fw->cb_valid = true;
+        }
+        fw->stats.recorded++;
+    }
+    for (uint32_t i = 0; i < r.n; i++) {
+        fw->stats.dispatches += fw->plan[i].kind == CMD_DISPATCH;
+        fw->stats.barriers += fw->plan[i].barrier;
+    }
+    const uint64_t t_sub = now_ns();
     const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
                              .pCommandBuffers = &fw->cb};
     VkResult vr = c->f.ResetFences(c->dev, 1, &fw->fence);
@@ -897,13 +1197,33 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         pthread_mutex_unlock(&c->queue_lock);
     }
     if (vr == VK_SUCCESS) vr = c->f.WaitForFences(c->dev, 1, &fw->fence, VK_TRUE, UINT64_MAX);
-    if (vr != VK_SUCCESS)
+    if (vr != VK_SUCCESS) {
+        fw->cb_valid = false;
         return gt_fail(err, vr == VK_ERROR_DEVICE_LOST ? GEIST_ERR_INTERNAL : GEIST_ERR_OUT_OF_MEMORY,
                        "vulkan: the step failed on the device (%d)", (int)vr);
+    }
+    const uint64_t t_done = now_ns();
     const size_t nv = (size_t)cf->n_vocab;
-    const float *lg = fw->lg.map;
+    const float *lg = fw->lgh.map;
     for (int32_t t = 0, k = 0; t < n; t++)
         if (rows[t].logits) memcpy(rows[t].logits, lg + (size_t)k++ * nv, nv * sizeof(float));
+    const uint64_t t_end = now_ns();
+    gt_dev_stats *stt = &fw->stats;
+    if (fw->qp) {
+        uint64_t ts[2];
+        if (c->f.GetQueryPoolResults(c->dev, fw->qp, 0, 2, sizeof ts, ts, sizeof ts[0],
+                                     VK_QUERY_RESULT_64_BIT) == VK_SUCCESS) {
+            stt->gpu_ns += (uint64_t)((double)((ts[1] - ts[0]) & fw->ts_mask) * fw->ts_ns);
+            stt->gpu_timed++;
+        }
+    }
+    stt->passes++;
+    stt->rows += (uint64_t)n;
+    stt->logit_rows += (uint64_t)n_lg;
+    stt->plan_ns += t_rec - t_plan;
+    stt->record_ns += t_sub - t_rec;
+    stt->wait_ns += t_done - t_sub;
+    stt->readback_ns += t_end - t_done;
     return GEIST_OK;
 }
 
@@ -915,4 +1235,12 @@ geist_status gt_vk_forward(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, g
         st = run_pass(vm, rows + done, n - done < MAX_ROWS ? n - done : MAX_ROWS, err);
     pthread_mutex_unlock(&vm->fwd->lock);
     return st;
+}
+
+void gt_vk_stats(gt_vk_model *vm, gt_dev_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!vm->fwd) return;
+    pthread_mutex_lock(&vm->fwd->lock);
+    *out = vm->fwd->stats;
+    pthread_mutex_unlock(&vm->fwd->lock);
 }

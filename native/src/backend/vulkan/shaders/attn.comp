@@ -83,7 +83,8 @@ void main() {
     uint n_ctx = pos - first + 1u;
     uint g = h / (p.n_head / p.n_head_kv);
     uint qb = (t * p.n_head + h) * p.hk;
-    uint sb = gl_WorkGroupID.x * p.s_stride;
+    uint sb = (p.row0 * p.n_head + gl_WorkGroupID.x) * p.s_stride; // the row's own scores: sessions
+    // of one step may run at once (vk_forward.c puts no barrier between their dispatches)
     float mx = -1.0 / 0.0;
     for (uint j = lid; j < n_ctx; j += 64u) {
         precise float sc = score(loc(first + j), g, qb) * p.scale;
