@@ -57,17 +57,6 @@ typedef struct wref {
 
 enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_PER_LAYER };
 
-#define NO_NORM UINT32_MAX
-
-/* One layer's recipe: where its norm vectors lie in the norms buffer (floats; NO_NORM: the
- * model has none), which rotary table it takes, its attention window (0: all positions). */
-typedef struct layer_recipe {
-    uint32_t attn_norm, ffn_norm, q_norm, k_norm, post_attn, post_ffn;
-    uint32_t rope_table; /* 0: global (inv_freq_global), 1: local (sliding layers) */
-    uint32_t window;
-} layer_recipe;
-
-
 /* One command of a pass as the host plans it (run_pass appends, record() turns the list into a
  * command buffer). A pass whose list equals the last one's (the usual decode step: what varies
  * per step lives in the `in` buffer) resubmits the command buffer as it was recorded. Zeroed
@@ -86,6 +75,16 @@ typedef struct dset {
     VkDescriptorSet set;
 } dset;
 #define DS_CAP 1024u
+
+#define NO_NORM UINT32_MAX
+
+/* One layer's recipe: where its norm vectors lie in the norms buffer (floats; NO_NORM: the
+ * model has none), which rotary table it takes, its attention window (0: all positions). */
+typedef struct layer_recipe {
+    uint32_t attn_norm, ffn_norm, q_norm, k_norm, post_attn, post_ffn;
+    uint32_t rope_table; /* 0: global (inv_freq_global), 1: local (sliding layers) */
+    uint32_t window;
+} layer_recipe;
 
 typedef struct gt_vk_fwd {
     pthread_mutex_t lock; /* one step (or KV copy) of this model at a time */
@@ -109,8 +108,8 @@ typedef struct gt_vk_fwd {
     int32_t cap_rows, cap_ctx;
     vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg, lgh; /* lgh: logits' readback */
     uint64_t scratch_bytes;
-    dset *ds; /* DS_CAP, n_ds made (from dpool) */
-    uint32_t n_ds;
+    dset *ds; /* ds_cap, n_ds made (from dpool) */
+    uint32_t n_ds, ds_cap;
     cmd *plan, *last; /* this pass's commands, and those the command buffer holds (n_last) */
     uint32_t plan_cap, n_last;
     bool cb_valid;    /* cb holds `last`, resubmittable */
@@ -354,10 +353,10 @@ void gt_vk_fwd_free(gt_vk_model *vm) {
     pthread_mutex_destroy(&fw->lock);
     free(fw->norms_host);
     free(fw->lw);
-    free(fw->lr);
     free(fw->ds);
     free(fw->plan);
     free(fw->last);
+    free(fw->lr);
     free(fw);
     vm->fwd = NULL;
 }
@@ -421,6 +420,28 @@ geist_status gt_vk_fwd_init(gt_vk_model *vm, gt_err *err) {
 #undef NORM
     vm->memory.host_owned += sizeof *fw + fw->n_norm * sizeof(float) +
                              (uint64_t)c->n_layer * (W_PER_LAYER * sizeof *fw->lw + sizeof *fw->lr);
+    return GEIST_OK;
+}
+
+/* the descriptor pool and set cache for `cap` sets (the sets made before are dropped) */
+static geist_status make_dpool(gt_vk_model *vm, uint32_t cap, gt_err *err) {
+    gt_vk_fwd *fw = vm->fwd;
+    gt_vk_ctx *c = vm->ctx;
+    if (fw->dpool) c->f.DestroyDescriptorPool(c->dev, fw->dpool, NULL);
+    fw->dpool = VK_NULL_HANDLE;
+    fw->n_ds = fw->ds_cap = 0;
+    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, cap * N_BIND};
+    const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                             .maxSets = cap, .poolSizeCount = 1,
+                                             .pPoolSizes = &ps};
+    if (c->f.CreateDescriptorPool(c->dev, &dpci, NULL, &fw->dpool) != VK_SUCCESS) {
+        fw->dpool = VK_NULL_HANDLE;
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: cannot create a descriptor pool");
+    }
+    dset *ds = realloc(fw->ds, cap * sizeof *ds);
+    if (!ds) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan descriptors)");
+    fw->ds = ds;
+    fw->ds_cap = cap;
     return GEIST_OK;
 }
 
@@ -505,16 +526,8 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         fw->fence = VK_NULL_HANDLE;
         return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot create a fence");
     }
-    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, DS_CAP * N_BIND};
-    const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-                                             .maxSets = DS_CAP, .poolSizeCount = 1,
-                                             .pPoolSizes = &ps};
-    if (c->f.CreateDescriptorPool(c->dev, &dpci, NULL, &fw->dpool) != VK_SUCCESS) {
-        fw->dpool = VK_NULL_HANDLE;
-        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: cannot create a descriptor pool");
-    }
-    fw->ds = calloc(DS_CAP, sizeof *fw->ds);
-    if (!fw->ds) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan descriptors)");
+    geist_status st = make_dpool(vm, DS_CAP, err);
+    if (st) return st;
     /* timestamps around each pass, where the queue family keeps them (GPU time in the stats) */
     VkQueueFamilyProperties q[16];
     uint32_t nq = 16;
@@ -798,7 +811,7 @@ static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *
 static VkDescriptorSet dset_for(gt_vk_ctx *c, gt_vk_fwd *fw, const VkBuffer bind[N_BIND]) {
     for (uint32_t i = 0; i < fw->n_ds; i++)
         if (memcmp(fw->ds[i].b, bind, sizeof fw->ds[i].b) == 0) return fw->ds[i].set;
-    if (fw->n_ds == DS_CAP) return VK_NULL_HANDLE;
+    if (fw->n_ds == fw->ds_cap) return VK_NULL_HANDLE;
     const VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                             .descriptorPool = fw->dpool, .descriptorSetCount = 1,
                                             .pSetLayouts = &fw->dsl};
@@ -897,12 +910,13 @@ enum { MV_ACC = 1, MV_SELFQ = 2, MV_GATED = 4, MV_ROPE = 8, MV_NORM = 16 };
  * MV_GATED: x holds [gate | up] rows of 2 n_in, the input is silu(gate) * up (act.comp's);
  * MV_ROPE: the output pairs (2i, 2i + 1) of heads of hd values rotated as rope.comp does (the
  * pass inputs' cos/sin bound at 5); MV_NORM: x is the residual stream, normalized as
- * rmsnorm.comp does with norm vector norm_vec of fw->norms (bound at 4). */
+ * rmsnorm.comp does with the norm vector at float norm_at of fw->norms (bound at 4; below
+ * 2^24: gt_vk_fwd_init checks). */
 static void rec_mv_fused(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok,
-                         uint32_t bits, uint32_t norm_vec, uint32_t hd, uint32_t n_rot) {
+                         uint32_t bits, uint32_t norm_at, uint32_t hd, uint32_t n_rot) {
     uint32_t acc = bits | MV_SELFQ;
     if (bits & MV_ROPE) acc |= hd << 8 | n_rot << 20;
-    const uint32_t type = w->type | ((bits & MV_NORM) ? norm_vec << 8 : 0u);
+    const uint32_t type = w->type | ((bits & MV_NORM) ? norm_at << 8 : 0u);
     const uint32_t pc[9] = {w->off, type, w->n_in, w->row_bytes, w->n_out, n_tok, w->ldy, acc,
                             w->row0};
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y,
@@ -1023,9 +1037,11 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     }
     geist_status st = grow_scratch(vm, MAX_ROWS, max_ctx, err);
     if (st) return st;
+
     /* the pass's inputs: per row token, pos; the rows wanting logits; the rotary cos/sin of
      * every row, computed as session/forward.c's rope_angles, for the global layers, then the
      * local (sliding) ones */
+    const uint64_t t_plan = now_ns();
     uint32_t *in = fw->in.map;
     const uint32_t gather_at = 4u * (uint32_t)n, rope_at = gather_at + (uint32_t)n;
     const uint32_t rope_at_local = rope_at + (uint32_t)n * (uint32_t)cf->n_rot;
@@ -1048,9 +1064,9 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         }
     }
 
-    const uint64_t t_plan = now_ns();
     rec r = {.c = c, .fw = fw, .aq_src = VK_NULL_HANDLE, .aq_fmt = -1};
     const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
+    const uint32_t hk = (uint32_t)cf->head_dim_k, nrot = (uint32_t)cf->n_rot;
     const uint32_t kd = (uint32_t)(cf->n_head_kv * cf->head_dim_k);
     for (int32_t i = 0; i < fw->n_tok; i++) {
         const wref *tw = &fw->tok[i];
@@ -1063,33 +1079,26 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     for (int32_t il = 0; il < cf->n_layer; il++) {
         const wref *w = &fw->lw[il * W_PER_LAYER];
         const layer_recipe *R = &fw->lr[il];
-        /* the attention norm inside the Q, K, V products (each repeats it) and the rotation
-         * inside Q and K (pairs of adjacent rows), for decode-size steps of the llama recipe
-         * (no QK norm between the product and the rotation; the global rotary table, which the
-         * products read) */
-        const uint32_t hk = (uint32_t)cf->head_dim_k, nrot = (uint32_t)cf->n_rot;
-        const bool qk_q = act_fmt(w[W_Q].type) >= 0 && act_fmt(w[W_K].type) >= 0;
-        const bool fuse_rope = cf->rope_style == GT_ROPE_NORM && qk_q && selfq_fits(d, N) &&
-                               R->q_norm == NO_NORM && R->rope_table == 0 &&
-                               hk < 4096 && nrot < 4096 && w[W_Q].n_out == (uint32_t)cf->n_head * hk &&
-                               w[W_K].n_out == kd;
-        /* matvec.comp's norm vector number counts vectors of d floats */
-        const bool norm_ok = cf->arch == GT_ARCH_LLAMA && selfq_fits(d, N) &&
-                             R->attn_norm % d == 0 && R->ffn_norm % d == 0;
-        const bool fuse_n1 = norm_ok && qk_q && act_fmt(w[W_V].type) >= 0;
-        const uint32_t nb1 = fuse_n1 ? MV_NORM : 0u, nv1 = R->attn_norm / d;
-        const VkBuffer xin = fuse_n1 ? fw->x.buf : fw->xn.buf;
-        if (!fuse_n1) rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->attn_norm, 0, cf->eps, false);
-        if (fuse_rope || fuse_n1) {
-            const uint32_t rb = fuse_rope ? MV_ROPE : 0u;
-            rec_mv_fused(&r, &w[W_Q], xin, fw->q.buf, N, rb | nb1, nv1, hk, nrot);
-            rec_mv_fused(&r, &w[W_K], xin, fw->k.buf, N, rb | nb1, nv1, hk, nrot);
+        /* decode-size steps (selfq_fits): the attention norm inside the Q, K, V products (each
+         * repeats it) and, without a QK norm in between, the rotation of adjacent pairs inside
+         * Q and K (the global table) */
+        const bool qkv_q = act_fmt(w[W_Q].type) >= 0 && act_fmt(w[W_K].type) >= 0 &&
+                           act_fmt(w[W_V].type) >= 0;
+        const bool fuse_n1 = qkv_q && selfq_fits(d, N) && fw->n_norm < (1u << 24);
+        const bool fuse_rope = fuse_n1 && R->q_norm == NO_NORM && R->rope_table == 0 &&
+                               cf->rope_style == GT_ROPE_NORM && hk < 4096 && nrot < 4096 &&
+                               w[W_Q].n_out == (uint32_t)cf->n_head * hk && w[W_K].n_out == kd;
+        if (fuse_n1) {
+            const uint32_t rb = MV_NORM | (fuse_rope ? MV_ROPE : 0u);
+            rec_mv_fused(&r, &w[W_Q], fw->x.buf, fw->q.buf, N, rb, R->attn_norm, hk, nrot);
+            rec_mv_fused(&r, &w[W_K], fw->x.buf, fw->k.buf, N, rb, R->attn_norm, hk, nrot);
+            rec_mv_fused(&r, &w[W_V], fw->x.buf, fw->v.buf, N, MV_NORM, R->attn_norm, 0, 0);
         } else {
+            rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->attn_norm, 0, cf->eps, false);
             rec_matvec(&r, &w[W_Q], fw->xn.buf, fw->q.buf, N, false);
             rec_matvec(&r, &w[W_K], fw->xn.buf, fw->k.buf, N, false);
+            rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
         }
-        if (fuse_n1) rec_mv_fused(&r, &w[W_V], fw->x.buf, fw->v.buf, N, MV_NORM, nv1, 0, 0);
-        else rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
         if (R->q_norm != NO_NORM) { /* per head, in place, before the rotary */
             rec_norm(&r, fw->q.buf, fw->q.buf, N * (uint32_t)cf->n_head, hk, R->q_norm, 0, cf->eps,
                      false);
@@ -1098,7 +1107,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         }
         if (!fuse_rope) {
             const uint32_t pc[7] = {N, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv, hk,
-                                    nrot, cf->rope_style == GT_ROPE_NEOX,
+                                    (uint32_t)cf->n_rot, cf->rope_style == GT_ROPE_NEOX,
                                     R->rope_table ? rope_at_local : rope_at};
             const VkBuffer b[N_BIND] = {0, fw->in.buf, fw->q.buf, fw->k.buf, 0, 0, 0, 0};
             const uint32_t total = N * (uint32_t)(cf->n_head + cf->n_head_kv) * (uint32_t)half;
@@ -1123,25 +1132,23 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             if (staged[g]) rec_kvstore(&r, cf, &groups[g], il, false);
         rec_residual(&r, &w[W_O], fw->att.buf, N, R->post_attn, cf->eps);
         /* gate and up as one product when they lie back to back (GGUF's order), the SiLU inside
-         * the down product, the FFN norm inside gate/up's; else norm, gate, up, act.comp, down */
+         * the down product, the FFN norm inside gate/up's (decode-size steps, no post-norm);
+         * else norm, gate, up, act.comp, down */
         const wref *wg = &w[W_GATE], *wu = &w[W_UP], *wdn = &w[W_DOWN];
         const bool fuse_ffn = cf->act == GT_ACT_SILU && R->post_ffn == NO_NORM &&
-                              wg->buf == wu->buf &&
-                              wg->type == wu->type && wg->n_in == wu->n_in &&
+                              wg->buf == wu->buf && wg->type == wu->type && wg->n_in == wu->n_in &&
                               wg->n_out == wu->n_out && act_fmt(wg->type) >= 0 &&
                               act_fmt(wdn->type) >= 0 && selfq_fits(wdn->n_in, N) &&
+                              selfq_fits(d, N) && fw->n_norm < (1u << 24) &&
                               (uint64_t)wu->off == (uint64_t)wg->off + (uint64_t)wg->n_out * wg->row_bytes;
-        const bool fuse_n2 = norm_ok && fuse_ffn;
-        const uint32_t nv2 = R->ffn_norm / d;
-        if (!fuse_n2) rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);
         if (fuse_ffn) {
             wref gu = *wg;
             gu.n_out = gu.ldy = 2 * wg->n_out;
-            if (fuse_n2) rec_mv_fused(&r, &gu, fw->x.buf, fw->gate.buf, N, MV_NORM, nv2, 0, 0);
-            else rec_matvec(&r, &gu, fw->xn.buf, fw->gate.buf, N, false);
+            rec_mv_fused(&r, &gu, fw->x.buf, fw->gate.buf, N, MV_NORM, R->ffn_norm, 0, 0);
             rec_mv_fused(&r, wdn, fw->gate.buf, fw->x.buf, N, MV_ACC | MV_GATED, 0, 0, 0); /* x += ffn */
             continue;
         }
+        rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);
         rec_matvec(&r, &w[W_GATE], fw->xn.buf, fw->gate.buf, N, false);
         rec_matvec(&r, &w[W_UP], fw->xn.buf, fw->up.buf, N, false);
         {
@@ -1171,7 +1178,10 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
                       memcmp(fw->last, fw->plan, r.n * sizeof *fw->plan) == 0;
     if (!same) {
         fw->cb_valid = false;
-        if (fw->n_ds + r.n > DS_CAP) forget_recordings(vm); /* room for every set of this pass */
+        if (fw->n_ds + r.n > fw->ds_cap) { /* room for every set of this pass */
+            forget_recordings(vm);
+            if (r.n > fw->ds_cap && (st = make_dpool(vm, 2 * r.n, err))) return st;
+        }
         if (!record(c, fw, r.n))
             return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: recording the step failed");
         cmd *keep = realloc(fw->last, (r.n ? r.n : 1) * sizeof *keep);

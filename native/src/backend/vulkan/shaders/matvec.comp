@@ -22,9 +22,9 @@
 // (the pass's inputs, then bound there instead of the unused scales) from word 5 n_tok, as
 // vk_forward.c writes them; saving rope.comp's dispatch and barrier. Bit 4 (with bit 1): x's
 // rows are the residual stream, normalized here as rmsnorm.comp does (rmsscale.glsl: the same
-// lanes, the same float-float sums) with the norm vector number (type >> 8) of the norm weights
-// bound at 4 (n_in floats each; unused scratch then), saving rmsnorm.comp's dispatch and
-// barrier; the type is then type & 255.
+// lanes, the same float-float sums) with the norm vector at float type >> 8 of the norm weights
+// bound at 4 (unused scratch then), saving rmsnorm.comp's dispatch and barrier; the type is then
+// type & 255.
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint ROWS8 = 0u;
 layout(constant_id = 1) const float NORM_EPS = 1e-5; // bit 4: the model's RMSNorm epsilon
@@ -99,7 +99,7 @@ void main() {
     gated = selfq && (p.accumulate & 4u) != 0u;
     normed = selfq && (p.accumulate & 16u) != 0u;
     wtype = ROWS8 != 0u ? p.type & 255u : p.type;
-    nw0 = (p.type >> 8) * p.n_in;
+    nw0 = p.type >> 8;
     bool roped = selfq && (p.accumulate & 8u) != 0u;
     bool kq = wtype == T_Q4_K || wtype == T_Q6_K;
     for (uint t0 = 0u; t0 < p.n_tok; t0 += NT) {
