@@ -359,7 +359,8 @@ GEIST_API geist_status geist_prefix_create(geist_model *model, const int32_t *id
                                            int32_t kv_mode, geist_prefix **out);
 GEIST_API void geist_prefix_free(geist_prefix *prefix);
 GEIST_API int32_t geist_prefix_n_tokens(const geist_prefix *prefix);
-/* shared_prefix = the prefix's KV bytes; scratch = its logits row; other = its structs. */
+/* shared_prefix = the prefix's KV bytes; scratch = its logits row; other = its structs;
+ * device_local = its KV on the device (device backends: computed there once, read in place). */
 GEIST_API geist_status geist_prefix_memory(const geist_prefix *prefix, geist_memory_report *out);
 
 /* Like geist_session_create, on a shared prefix: the session starts holding the prefix's tokens
