@@ -13,10 +13,10 @@
 // ROWS8, bit 1 of `accumulate` (never set by metal/step.c) says: make x's 8-bit rows here, in
 // shared memory, instead of reading quant.comp's (each workgroup repeats the few blocks; the
 // same arithmetic, actq.glsl), saving a dispatch and a barrier; the host sets it for steps of at
-// most 8 rows whose rows fit (n_in <= 1536 for 8; n_in <= 12288 for one).
-// Bit 2 (with bit 1): x's rows are gated
-// pairs [gate | up] of 2 n_in values (one product made both), and the activations are
-// silu(gate) * up as act.comp makes them, saving act.comp's dispatch and barrier too. Bit 3
+// most 8 rows whose rows fit (n_in <= 1536 for 8; n_in <= 12288 for one). Bit 2 (with bit 1):
+// x's rows are gated pairs [gate | up] of 2 n_in values (one product made both), and the
+// activations are silu(gate) * up as act.comp makes them, saving act.comp's dispatch and
+// barrier too. Bit 3
 // (with bit 1): rotate the output pairs (2i, 2i + 1) of each head as rope.comp does (adjacent
 // rows: one workgroup holds both), bits 8-19 the head dim, 20-31 n_rot, the cos/sin at binding 5
 // (the pass's inputs, then bound there instead of the unused scales) from word 5 n_tok, as
