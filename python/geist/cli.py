@@ -345,7 +345,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
                 after = model.device_stats()
                 if after["passes"] > before["passes"]:  # a device backend: where the time went
                     splits.append(_device_split(before, after, ns.tg, wall,
-                                                model.memory().get("device_local", 0),
+                                                int(model.info.get("weight_bytes", 0)),
                                                 eng.device or ""))
             backend = model.backend
             model.close()
