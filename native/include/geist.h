@@ -213,6 +213,24 @@ typedef struct geist_memory_report {
 
 GEIST_API geist_status geist_model_memory(const geist_model *model, geist_memory_report *out);
 
+/* A device backend's forward-pass counters since the model's load (geist bench --backend vulkan
+ * prints them as the per-step time split); all 0 on the CPU backends and before the first device
+ * step. passes: command buffers submitted (a step of more rows than one pass holds takes
+ * several); rows: rows run; logit_rows: rows whose logits came back; dispatches and barriers:
+ * inside those passes; recorded: passes whose commands were recorded anew (the others resubmitted
+ * the previous pass's recording unchanged). Host time in nanoseconds: plan_ns (the pass's inputs
+ * and command list), record_ns (recording a command buffer, when one was), wait_ns (submit until
+ * the device finished), readback_ns (copying logits out to the caller). gpu_ns: the device's own
+ * time between timestamps at the start and end of the pass, summed over gpu_timed passes (0
+ * where the queue keeps no timestamps). */
+typedef struct geist_device_stats {
+    uint32_t struct_size;
+    uint64_t passes, rows, logit_rows, dispatches, barriers, recorded;
+    uint64_t plan_ns, record_ns, wait_ns, readback_ns, gpu_ns, gpu_timed;
+} geist_device_stats;
+
+GEIST_API geist_status geist_model_device_stats(const geist_model *model, geist_device_stats *out);
+
 /* Reads a metadata value as text (numbers printed, arrays summarised as "[array of N T]").
  * Same buffer rules as geist_model_info_json. GEIST_ERR_INVALID_ARGUMENT if the key is absent. */
 GEIST_API geist_status geist_model_meta(const geist_model *model, const char *key, char *buf,
@@ -341,7 +359,8 @@ GEIST_API geist_status geist_prefix_create(geist_model *model, const int32_t *id
                                            int32_t kv_mode, geist_prefix **out);
 GEIST_API void geist_prefix_free(geist_prefix *prefix);
 GEIST_API int32_t geist_prefix_n_tokens(const geist_prefix *prefix);
-/* shared_prefix = the prefix's KV bytes; scratch = its logits row; other = its structs. */
+/* shared_prefix = the prefix's KV bytes; scratch = its logits row; other = its structs;
+ * device_local = its KV on the device (device backends: computed there once, read in place). */
 GEIST_API geist_status geist_prefix_memory(const geist_prefix *prefix, geist_memory_report *out);
 
 /* Like geist_session_create, on a shared prefix: the session starts holding the prefix's tokens

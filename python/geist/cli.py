@@ -112,9 +112,9 @@ def cmd_run(ns: argparse.Namespace) -> int:
         try:
             if ns.chat:
                 pieces = s.chat([{"role": "user", "content": prompt}], max_tokens=ns.max_tokens,
-                                **constraint, **_sampling(ns))  # type: ignore[arg-type]
+                                **constraint, **_sampling(ns))
             else:
-                pieces = s.generate(prompt, max_tokens=ns.max_tokens, **constraint,  # type: ignore[arg-type]
+                pieces = s.generate(prompt, max_tokens=ns.max_tokens, **constraint,
                                     **_sampling(ns))
         except geist.InvalidArgumentError as e:
             print(f"geist run: {e}", file=sys.stderr)
@@ -237,6 +237,52 @@ def _median_spread(xs: list[float]) -> tuple[float, float]:
     return statistics.median(xs), (max(xs) - min(xs)) if len(xs) > 1 else 0.0
 
 
+# Memory bandwidth by device name (the vendor's figure), for the bandwidth-bound fraction of
+# `geist bench` on a device backend: the first key found in the device's name. NVIDIA H200 (SXM,
+# HBM3e): 4.8 TB/s (NVIDIA's H200 datasheet).
+DEVICE_BANDWIDTH = {"H200": 4.8e12}
+
+
+def _device_split(before: dict[str, int], after: dict[str, int], tokens: int, wall_s: float,
+                  weight_bytes: int, device: str) -> dict[str, Any]:
+    """Per generated token: the host's phases and the GPU's time from a device model's counters
+    (Model.device_stats) around a decode run, and the fraction of the memory-bandwidth bound."""
+    d = {k: after[k] - before[k] for k in after}
+    per = 1e-6 / max(tokens, 1)  # ns summed over the run -> ms per token
+    out: dict[str, Any] = {
+        "wall_ms": 1e3 * wall_s / max(tokens, 1),
+        "plan_ms": d["plan_ns"] * per, "record_ms": d["record_ns"] * per,
+        "wait_ms": d["wait_ns"] * per, "readback_ms": d["readback_ns"] * per,
+        "gpu_ms": d["gpu_ns"] * per if d["gpu_timed"] else None,
+        "passes": d["passes"], "recorded": d["recorded"],
+        "dispatches_per_token": d["dispatches"] / max(tokens, 1),
+        "barriers_per_token": d["barriers"] / max(tokens, 1),
+        "weight_bytes": weight_bytes}
+    bw = next((v for k, v in DEVICE_BANDWIDTH.items() if k in device), None)
+    out["bandwidth"] = bw
+    out["bandwidth_fraction"] = (weight_bytes * tokens / wall_s / bw) if bw and wall_s > 0 else None
+    return out
+
+
+def _print_split(model: str, device: str, sp: dict[str, Any]) -> None:
+    f = sp
+    other = f["wall_ms"] - f["plan_ms"] - f["record_ms"] - f["wait_ms"] - f["readback_ms"]
+    gpu = f"{sp['gpu_ms']:.3f}" if sp["gpu_ms"] is not None else "n/a"
+    print(f"{model} on {device}, decode per token: wall {f['wall_ms']:.3f} ms = plan "
+          f"{f['plan_ms']:.3f} + record {f['record_ms']:.3f} + submit-to-fence "
+          f"{f['wait_ms']:.3f} (GPU {gpu} by timestamps) + readback {f['readback_ms']:.3f} + "
+          f"other {other:.3f} ms")
+    line = (f"  {sp['dispatches_per_token']:.0f} dispatches, {sp['barriers_per_token']:.0f} "
+            f"barriers per token; {sp['recorded']} of {sp['passes']} passes recorded anew; weights "
+            f"{sp['weight_bytes'] / 1e6:.1f} MB read per token")
+    if sp["bandwidth_fraction"] is not None:
+        line += (f": {100 * float(sp['bandwidth_fraction']):.2f}% of the "
+                 f"{sp['bandwidth'] / 1e12:.1f} TB/s bound")
+    else:
+        line += " (no bandwidth figure for this device: geist.cli.DEVICE_BANDWIDTH)"
+    print(line)
+
+
 def _bench_vs_llama(ns: argparse.Namespace) -> int:
     """--vs-llama-cpp: the alternating-runs benchmark of tests/bench (needs the repo checkout)."""
     import subprocess
@@ -312,6 +358,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         loads: list[float] = []
         pps: dict[int, list[float]] = {n: [] for n in ns.pp}
         tgs: list[float] = []
+        splits: list[dict[str, Any]] = []
         n_ctx = max(max(ns.pp), 128 + ns.tg) + 8
         for _ in range(ns.runs):
             t0 = time.perf_counter()
@@ -327,10 +374,17 @@ def cmd_bench(ns: argparse.Namespace) -> int:
             prompt = [int(x) for x in rng.integers(0, model.n_vocab, 128)]
             with model.session(max_seq_len=n_ctx, kv_mode=ns.kv_mode) as s:
                 s.prefill(prompt)
+                before = model.device_stats()
                 t0 = time.perf_counter()
                 for _ in range(ns.tg):
                     s.step()
-                tgs.append(ns.tg / (time.perf_counter() - t0))
+                wall = time.perf_counter() - t0
+                tgs.append(ns.tg / wall)
+                after = model.device_stats()
+                if after["passes"] > before["passes"]:  # a device backend: where the time went
+                    splits.append(_device_split(before, after, ns.tg, wall,
+                                                int(model.info.get("weight_bytes", 0)),
+                                                eng.device or ""))
             backend = model.backend
             model.close()
         row: dict[str, object] = {"model": path.name, "backend": backend, "runs": ns.runs,
@@ -341,7 +395,10 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         # the process's peak so far (ru_maxrss): models run in order, so it covers this one
         row["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         row["base_rss_mib"] = base_rss
+        if splits:  # the run of median wall time
+            row["device_split"] = sorted(splits, key=lambda sp: sp["wall_ms"])[len(splits) // 2]
         rows.append(row)
+    device = eng.device or ""
     eng.close()
     if ns.json:
         print(json.dumps(rows, indent=2))
@@ -354,6 +411,9 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         print(f"{r['model']:<36} {r['backend']:<11}{vals}{r['peak_rss_mib']:>14.1f}")
     print(f"(median ± spread (max-min) over {ns.runs} runs; process baseline RSS "
           f"{base_rss:.1f} MiB)")
+    for r in rows:
+        if "device_split" in r:
+            _print_split(str(r["model"]), device, r["device_split"])
     return 0
 
 

@@ -243,6 +243,16 @@ class Model(_Handle):
         check(lib.geist_model_memory(self._require(), rep))
         return _report_to_dict(rep)
 
+    def device_stats(self) -> dict[str, int]:
+        """A device backend's forward-pass counters since load (geist.h geist_device_stats:
+        passes, rows, dispatches, barriers, host nanoseconds by phase, GPU nanoseconds); zeros
+        on the CPU backends."""
+        st = ffi.new("geist_device_stats *")
+        check(lib.geist_model_device_stats(self._require(), st))
+        return {k: int(getattr(st, k)) for k in (
+            "passes", "rows", "logit_rows", "dispatches", "barriers", "recorded", "plan_ns",
+            "record_ns", "wait_ns", "readback_ns", "gpu_ns", "gpu_timed")}
+
     # -- text ------------------------------------------------------------------------------------
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False

@@ -251,6 +251,29 @@ geist_status geist_model_memory(const geist_model *m, geist_memory_report *out) 
     return GEIST_OK;
 }
 
+geist_status geist_model_device_stats(const geist_model *m, geist_device_stats *out) {
+    if (!m || !out) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "model and out must not be NULL");
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    if (m->dev && m->backend->device && m->backend->device->stats) {
+        gt_dev_stats d;
+        m->backend->device->stats(m->dev, &d);
+        out->passes = d.passes;
+        out->rows = d.rows;
+        out->logit_rows = d.logit_rows;
+        out->dispatches = d.dispatches;
+        out->barriers = d.barriers;
+        out->recorded = d.recorded;
+        out->plan_ns = d.plan_ns;
+        out->record_ns = d.record_ns;
+        out->wait_ns = d.wait_ns;
+        out->readback_ns = d.readback_ns;
+        out->gpu_ns = d.gpu_ns;
+        out->gpu_timed = d.gpu_timed;
+    }
+    return GEIST_OK;
+}
+
 /* A tiny appender for JSON text that tracks the needed length even past the buffer. */
 typedef struct sbuf {
     char *buf;

@@ -76,7 +76,11 @@ typedef struct gt_dev_kv_desc {
     int32_t kv_mode;     /* a geist_kv_mode */
     int32_t max_seq_len; /* positions the session may hold */
     int32_t n_layer;
-    const int32_t *rows; /* n_layer: rows per layer (a ring of min(window, max) on sliding ones) */
+    const int32_t *rows; /* n_layer: rows per layer for the session's own positions
+                          * (max_seq_len - n_prefix; a ring of min(window, that) on sliding
+                          * layers: session/kv.c's gt_kv_layer_rows), storage position q in row
+                          * q % rows */
+    int32_t n_prefix;    /* positions of the shared prefix the session starts on (0: none) */
 } gt_dev_kv_desc;
 
 /* One row of a batched step. */
@@ -95,6 +99,18 @@ typedef struct gt_dev_options {
     uint64_t memory_limit; /* most device bytes the backend may allocate; 0: the device's */
     bool no_import;        /* never import host pointers (copy instead) */
 } gt_dev_options;
+
+/* A device's forward-pass counters since the model's load (geist_model_device_stats): passes
+ * (command buffers submitted: a step of more than the device's rows per pass takes several),
+ * rows, rows whose logits came back, dispatches and barriers inside them, passes whose commands
+ * were recorded anew (the others resubmitted the last recording), and where the host's time went:
+ * planning the pass (inputs, the command list), recording, submit until the fence signalled,
+ * copying the logits out; gpu_ns: the device's own time between timestamps around the pass (over
+ * gpu_timed passes; 0 where the queue has no timestamps). */
+typedef struct gt_dev_stats {
+    uint64_t passes, rows, logit_rows, dispatches, barriers, recorded;
+    uint64_t plan_ns, record_ns, wait_ns, readback_ns, gpu_ns, gpu_timed;
+} gt_dev_stats;
 
 typedef struct gt_device_ops {
     /* Opens the device the options name; fails cleanly (no loader, no device) with err naming
@@ -120,6 +136,8 @@ typedef struct gt_device_ops {
     uint64_t (*kv_bytes)(const gt_dev_kv *kv);
     /* One step: every layer for rows of one or more sessions (a session's rows contiguous). */
     geist_status (*forward)(void *dm, const gt_dev_row *rows, int32_t n, gt_err *err);
+    /* Optional (NULL: no counters): the forward pass's counters since the model's load. */
+    void (*stats)(void *dm, gt_dev_stats *out);
 } gt_device_ops;
 
 typedef struct gt_backend {

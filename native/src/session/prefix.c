@@ -50,6 +50,7 @@ void gt_prefix_memory(const geist_prefix *p, geist_memory_report *out) {
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
     out->shared_prefix = p->s->kv_bytes;
+    if (p->s->dev_kv) out->device_local = p->model->backend->device->kv_bytes(p->s->dev_kv);
     out->scratch = (uint64_t)p->model->cfg.n_vocab * sizeof(float);
     out->other = sizeof *p + sizeof *p->s + (uint64_t)p->model->cfg.n_layer * sizeof(gt_kv_layer) +
                  (uint64_t)p->s->max_seq_len * sizeof(int32_t);

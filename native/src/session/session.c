@@ -66,7 +66,7 @@ geist_status gt_session_new(geist_model *model, int32_t max_seq_len, int32_t kv_
             rows[il] = gt_kv_layer_rows(&geom, model->layers[il].sliding, c->sliding_window,
                                         max_seq_len - n_prefix, &ring);
         }
-        const gt_dev_kv_desc d = {kv_mode, max_seq_len, c->n_layer, rows};
+        const gt_dev_kv_desc d = {kv_mode, max_seq_len, c->n_layer, rows, n_prefix};
         geist_status st = model->backend->device->kv_alloc(model->dev, &d, &dev_kv, err);
         free(rows);
         if (st) return st;
@@ -162,4 +162,7 @@ void gt_session_memory(const geist_session *s, geist_memory_report *out) {
     out->other = sizeof *s + (uint64_t)s->model->cfg.n_layer * sizeof(gt_kv_layer) +
                  (uint64_t)(s->max_seq_len - s->n_prefix) * sizeof(int32_t);
     out->shared_prefix = s->prefix ? s->prefix->s->kv_bytes : 0;
+    /* a device session's KV on the device (its host layers above are the image buffer of
+     * snapshots and fork); a shared prefix's device KV is the prefix's */
+    if (s->dev_kv) out->device_local = s->model->backend->device->kv_bytes(s->dev_kv);
 }

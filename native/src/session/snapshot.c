@@ -124,14 +124,16 @@ static void fill_header(const geist_session *s, snap_header *h, uint64_t total) 
 }
 
 /* A device session's KV lives on the device (backend.h): its host layers, in the same row
- * format, serve as the image buffer; these move its own rows [0, n_own) between the two. */
+ * format and layout, serve as the image buffer; these move the rows of its own positions
+ * [0, n_own) between the two (a ring's slots: at most its rows). */
 static geist_status dev_sync(geist_session *s, int32_t n_own, bool to_device, gt_err *err) {
     if (!s->dev_kv) return GEIST_OK;
     const gt_device_ops *d = s->model->backend->device;
     for (int32_t il = 0; il < s->model->cfg.n_layer; il++) {
+        const int32_t n = n_own < s->kv[il].rows ? n_own : s->kv[il].rows;
         const geist_status st =
-            to_device ? d->kv_write(s->dev_kv, il, 0, n_own, s->kv[il].k, s->kv[il].v, err)
-                      : d->kv_read(s->dev_kv, il, 0, n_own, s->kv[il].k, s->kv[il].v, err);
+            to_device ? d->kv_write(s->dev_kv, il, 0, n, s->kv[il].k, s->kv[il].v, err)
+                      : d->kv_read(s->dev_kv, il, 0, n, s->kv[il].k, s->kv[il].v, err);
         if (st) return st;
     }
     return GEIST_OK;

@@ -13,14 +13,14 @@
 
 /* bindings and push-constant blocks as the shaders' GLSL declares them (vulkan/shaders) */
 const gt_mtl_kernel_info gt_mtl_kernels[GT_MTL_K_COUNT] = {
-    [GT_MTL_K_EMBED] = {"embed", B(0) | B(1) | B(3), 5 * 4, 64},
+    [GT_MTL_K_EMBED] = {"embed", B(0) | B(1) | B(3), 7 * 4, 64},
     [GT_MTL_K_QUANT] = {"quant", B(2) | B(4) | B(5), 3 * 4, 64},
-    [GT_MTL_K_MATVEC] = {"matvec", B(0) | B(2) | B(3) | B(4) | B(5), 8 * 4, 64},
-    [GT_MTL_K_RMSNORM] = {"rmsnorm", B(1) | B(2) | B(3) | B(7), 5 * 4, 64},
+    [GT_MTL_K_MATVEC] = {"matvec", B(0) | B(2) | B(3) | B(4) | B(5), 9 * 4, 64},
+    [GT_MTL_K_RMSNORM] = {"rmsnorm", B(1) | B(2) | B(3) | B(7), 6 * 4, 64},
     [GT_MTL_K_ROPE] = {"rope", B(1) | B(2) | B(3), 7 * 4, 64},
-    [GT_MTL_K_KVSTORE] = {"kvstore", B(1) | B(2) | B(3) | B(6), 10 * 4, 64},
-    [GT_MTL_K_ATTN] = {"attn", B(1) | B(2) | B(3) | B(5) | B(6), 10 * 4, 64},
-    [GT_MTL_K_ACT] = {"act", B(2) | B(3), 1 * 4, 64},
+    [GT_MTL_K_KVSTORE] = {"kvstore", B(1) | B(2) | B(3) | B(6), 13 * 4, 64},
+    [GT_MTL_K_ATTN] = {"attn", B(0) | B(1) | B(2) | B(3) | B(5) | B(6), 21 * 4, 64},
+    [GT_MTL_K_ACT] = {"act", B(2) | B(3), 2 * 4, 64},
 };
 
 /* ---- what the device runs (vk_forward.c's check_model, "metal:") ------------------------- */
@@ -272,7 +272,8 @@ static void rec_matvec(rec *r, const gt_mtl_wref *w, gt_mtl_scratch x, gt_mtl_sc
     gt_mtl_dispatch *d = add(r, GT_MTL_K_MATVEC, w->n_out);
     if (!d) return;
     const uint32_t w_off = bind_weight(&d->bind[0], w);
-    const uint32_t pc[8] = {w_off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->n_out, acc};
+    const uint32_t pc[9] = {w_off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->n_out, acc,
+                            0 /* y_off */};
     memcpy(d->pc, pc, sizeof pc);
     d->bind[2] = scratch(x);
     d->bind[3] = scratch(y);
@@ -284,7 +285,7 @@ static void rec_norm(rec *r, gt_mtl_scratch x, gt_mtl_scratch y, uint32_t n_rows
                      uint32_t w_off, uint32_t gather_at, float eps) {
     gt_mtl_dispatch *d = add(r, GT_MTL_K_RMSNORM, n_rows);
     if (!d) return;
-    const uint32_t pc[5] = {dm, w_off, gather_at != 0, gather_at, fbits(eps)};
+    const uint32_t pc[6] = {dm, w_off, gather_at != 0, gather_at, fbits(eps), 0 /* acc */};
     memcpy(d->pc, pc, sizeof pc);
     d->bind[1] = scratch(GT_MTL_S_IN);
     d->bind[2] = scratch(x);
@@ -315,8 +316,8 @@ size_t gt_mtl_step_plan(const gt_mtl_step_in *in, gt_mtl_dispatch *out, size_t c
     gt_mtl_dispatch *dp = add(&r, GT_MTL_K_EMBED, N);
     if (dp) {
         const uint32_t w_off = bind_weight(&dp->bind[0], in->tok);
-        const uint32_t pc[5] = {w_off, in->tok->type, in->tok->n_in, in->tok->row_bytes,
-                                fbits(cf->embed_scale)};
+        const uint32_t pc[7] = {w_off, in->tok->type, in->tok->n_in, in->tok->row_bytes,
+                                fbits(cf->embed_scale), 0, UINT32_MAX /* every row */};
         memcpy(dp->pc, pc, sizeof pc);
         dp->bind[1] = scratch(GT_MTL_S_IN);
         dp->bind[3] = scratch(GT_MTL_S_X);
@@ -344,9 +345,10 @@ size_t gt_mtl_step_plan(const gt_mtl_step_in *in, gt_mtl_dispatch *out, size_t c
             const uint32_t inv = G->mode == GEIST_KV_INT8 ? gn * 2u * (uint32_t)cf->n_head_kv
                                                           : gn * (kd + vd) / 2;
             if (!(dp = add(&r, GT_MTL_K_KVSTORE, (inv + 63) / 64))) continue;
-            const uint32_t pc[10] = {(uint32_t)G->r0, gn, kd, vd, 0, (uint32_t)(G->k_bytes / 4),
+            /* no prefix, no ring (slot = position), no stage: vk_forward.c's other cases */
+            const uint32_t pc[13] = {(uint32_t)G->r0, gn, kd, vd, 0, (uint32_t)(G->k_bytes / 4),
                                      G->mode, (uint32_t)cf->n_head_kv, (uint32_t)cf->head_dim_k,
-                                     (uint32_t)cf->head_dim_v};
+                                     (uint32_t)cf->head_dim_v, 0, UINT32_MAX, 0};
             memcpy(dp->pc, pc, sizeof pc);
             dp->bind[1] = scratch(GT_MTL_S_IN);
             dp->bind[2] = scratch(GT_MTL_S_K);
@@ -356,16 +358,19 @@ size_t gt_mtl_step_plan(const gt_mtl_step_in *in, gt_mtl_dispatch *out, size_t c
         for (int32_t g = 0; g < in->n_groups; g++) {
             const gt_mtl_group *G = &in->groups[g];
             if (!(dp = add(&r, GT_MTL_K_ATTN, (uint32_t)G->n * (uint32_t)cf->n_head))) continue;
-            const uint32_t pc[10] = {(uint32_t)G->r0, (uint32_t)cf->n_head,
+            /* no window, no prefix (binding 0: the cache again), no ring, no stage */
+            const uint32_t pc[21] = {(uint32_t)G->r0, (uint32_t)cf->n_head,
                                      (uint32_t)cf->n_head_kv, (uint32_t)cf->head_dim_k,
                                      (uint32_t)cf->head_dim_v, 0, (uint32_t)(G->k_bytes / 4),
-                                     G->mode, (uint32_t)in->cap_ctx, fbits(cf->attn_scale)};
+                                     G->mode, (uint32_t)in->cap_ctx, fbits(cf->attn_scale),
+                                     0, 0, UINT32_MAX, UINT32_MAX, 0, 0, 0, G->mode, 0, 0, 1};
             memcpy(dp->pc, pc, sizeof pc);
             dp->bind[1] = scratch(GT_MTL_S_IN);
             dp->bind[2] = scratch(GT_MTL_S_Q);
             dp->bind[3] = scratch(GT_MTL_S_ATT);
             dp->bind[5] = scratch(GT_MTL_S_SC);
             dp->bind[6] = (gt_mtl_bind){GT_MTL_BUF_KV, (uint32_t)g, (uint64_t)il * G->layer_bytes};
+            dp->bind[0] = dp->bind[6];
         }
         rec_matvec(&r, &w[GT_MTL_W_O], GT_MTL_S_ATT, GT_MTL_S_X, N, true); /* x += o */
         rec_norm(&r, GT_MTL_S_X, GT_MTL_S_XN, N, d, (2u * (uint32_t)il + 1u) * d, 0, cf->eps);
@@ -373,6 +378,7 @@ size_t gt_mtl_step_plan(const gt_mtl_step_in *in, gt_mtl_dispatch *out, size_t c
         rec_matvec(&r, &w[GT_MTL_W_UP], GT_MTL_S_XN, GT_MTL_S_UP, N, false);
         if ((dp = add(&r, GT_MTL_K_ACT, (N * nff + 63) / 64))) {
             dp->pc[0] = N * nff;
+            dp->pc[1] = 0; /* SiLU */
             dp->bind[2] = scratch(GT_MTL_S_UP);
             dp->bind[3] = scratch(GT_MTL_S_GATE);
         }

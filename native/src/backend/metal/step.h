@@ -31,7 +31,7 @@
 #define GT_MTL_N_BIND 8         /* bindings 0..7 of descriptor set 0 */
 #define GT_MTL_MAX_GROUPS_X 65535u /* as vulkan: matvec reads row = x + y * numgroups.x */
 #define GT_MTL_BIND_ALIGN 256u  /* offsets given to setBuffer:offset:atIndex: */
-#define GT_MTL_PC_WORDS 10      /* the largest push-constant block (attn): 40 bytes */
+#define GT_MTL_PC_WORDS 21      /* the largest push-constant block (attn): 84 bytes */
 
 typedef enum gt_mtl_kernel {
     GT_MTL_K_EMBED, GT_MTL_K_QUANT, GT_MTL_K_MATVEC, GT_MTL_K_RMSNORM,

@@ -61,11 +61,14 @@ static geist_status vk_forward(void *dm, const gt_dev_row *rows, int32_t n, gt_e
     return gt_vk_forward(dm, rows, n, err);
 }
 
+static void vk_stats(void *dm, gt_dev_stats *out) { gt_vk_stats(dm, out); }
+
 static const gt_device_ops k_vk_device = {
     .engine_init = vk_engine_init, .engine_free = vk_engine_free, .probe = vk_probe,
     .model_init = vk_model_init, .model_free = vk_model_free, .memory = vk_memory,
     .kv_alloc = vk_kv_alloc, .kv_free = vk_kv_free, .kv_read = vk_kv_read,
     .kv_write = vk_kv_write, .kv_bytes = vk_kv_bytes, .forward = vk_forward,
+    .stats = vk_stats,
 };
 
 static const gt_backend k_vulkan = {

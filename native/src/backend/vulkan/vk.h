@@ -70,6 +70,11 @@ typedef struct gt_vk_fns {
     PFN_vkCmdDispatch CmdDispatch;
     PFN_vkCmdPipelineBarrier CmdPipelineBarrier;
     PFN_vkFreeCommandBuffers FreeCommandBuffers;
+    PFN_vkCreateQueryPool CreateQueryPool;
+    PFN_vkDestroyQueryPool DestroyQueryPool;
+    PFN_vkCmdResetQueryPool CmdResetQueryPool;
+    PFN_vkCmdWriteTimestamp CmdWriteTimestamp;
+    PFN_vkGetQueryPoolResults GetQueryPoolResults;
 } gt_vk_fns;
 
 /* Opens the loader: `path` when given, else the system's names (libvulkan.so.1, vulkan-1.dll,
@@ -153,5 +158,7 @@ geist_status gt_vk_kv_io(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n, 
                          bool write, gt_err *err);
 uint64_t gt_vk_kv_bytes(const gt_dev_kv *kv);
 geist_status gt_vk_forward(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, gt_err *err);
+/* The forward pass's counters since the model's load (zeros before the first session). */
+void gt_vk_stats(gt_vk_model *vm, gt_dev_stats *out);
 
 #endif

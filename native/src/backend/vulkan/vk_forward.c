@@ -1,4 +1,4 @@
-/* The device forward pass (llama architecture): every layer of a batched step on the GPU, in one
+/* The device forward pass (llama, gemma3, qwen3, phi3): every layer of a batched step on the GPU, in one
  * command buffer per step of up to MAX_ROWS rows (larger steps run as consecutive passes, a
  * session's earlier rows first), with no host round trip between layers. The host fills one
  * small buffer per pass (tokens, positions, which rows want logits, the rotary cos/sin computed
@@ -7,14 +7,22 @@
  * Products: matvec.comp, one workgroup per output row, up to 8 tokens per pass over the row.
  * Quantized weights (Q8_0, Q4_0, Q4_1, Q5_0 in blocks of 32; Q4_K, Q6_K in blocks of 256) take
  * 8-bit activations made on the device as cpu_scalar makes them (quant.comp; act_quant.h),
- * dotted in exact integer block sums; F32/F16 weights take float activations. The norms, rotary, attention and SiLU follow the CPU's plain arithmetic
- * (shaders' comments), so quantized models mostly agree with cpu_scalar bit for bit.
- * KV: F32, F16 or INT8 per session, max_seq_len rows per layer, in session/kv.c's
- * row format (kv_read/kv_write move host images). */
+ * dotted in exact integer block sums; F32/F16 weights take float activations. The norms, rotary,
+ * attention and the gated SiLU/GELU follow the CPU's plain arithmetic (shaders' comments), so
+ * quantized models mostly agree with cpu_scalar bit for bit.
+ * The layers run one recipe (session/forward.c's, from gt_config's flags): per layer its norm
+ * vectors (QK norm and post-norms where the model has them), its rotary table (the local base on
+ * sliding-window layers), its window and KV rows (layer_recipe below).
+ * KV: F32, F16 or INT8 per session in session/kv.c's row format and layout: per layer the rows
+ * the session's descriptor gives (a ring of the window on sliding layers; positions after a
+ * shared prefix), so kv_read/kv_write move host images as they are. A session on a shared
+ * prefix reads the prefix's KV (the frozen prefix session's, computed once on the device) for
+ * the positions below n_prefix. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "vk.h"
 #include "vk_spv.h"
@@ -25,9 +33,10 @@
 #define N_BIND 8    /* storage buffer bindings of the one descriptor set layout */
 #define MAX_GROUPS_X 65535u
 
-enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_COUNT };
-static const char *const k_pipe_names[P_COUNT] = {"embed",   "quant",   "matvec", "rmsnorm",
-                                                  "rope",    "kvstore", "attn",   "act"};
+/* P_MATVEC8: matvec.comp with ROWS8 = 1 (8 rows per workgroup), for quantized weights */
+enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8, P_COUNT };
+static const char *const k_pipe_names[P_COUNT] = {"embed", "quant",   "matvec", "rmsnorm", "rope",
+                                                  "kvstore", "attn", "act",    "matvec"};
 
 typedef struct vbuf {
     VkBuffer buf;
@@ -36,13 +45,46 @@ typedef struct vbuf {
     uint64_t size;
 } vbuf;
 
-/* A weight matrix on the device: its buffer and byte offset there. */
+/* A weight matrix on the device: its buffer and byte offset there; or a part of one split over
+ * several buffers (vk_model.c's chunks of whole rows): rows [row0, row0 + n_out) of ldy. */
 typedef struct wref {
     VkBuffer buf;
     uint32_t off, type, n_in, n_out, row_bytes;
+    uint32_t row0, ldy;
 } wref;
 
+#define MAX_PARTS 16 /* parts of the embedding table / output (a 1 GiB table on lavapipe: 9) */
+
 enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_PER_LAYER };
+
+/* One command of a pass as the host plans it (run_pass appends, record() turns the list into a
+ * command buffer). A pass whose list equals the last one's (the usual decode step: what varies
+ * per step lives in the `in` buffer) resubmits the command buffer as it was recorded. Zeroed
+ * before being filled, so lists compare with memcmp. */
+enum { CMD_DISPATCH, CMD_COPY_LOGITS };
+typedef struct cmd {
+    uint32_t kind, pipe, barrier, pcs; /* barrier: a memory barrier before this command */
+    uint32_t gx, gy;
+    VkBuffer bind[N_BIND]; /* VK_NULL_HANDLE: unused (a placeholder is bound) */
+    uint32_t pc[32];       /* push constants (128 bytes, the layout's range) */
+} cmd;
+
+/* a descriptor set for one set of bindings: made once, reused by every pass that binds them */
+typedef struct dset {
+    VkBuffer b[N_BIND];
+    VkDescriptorSet set;
+} dset;
+#define DS_CAP 1024u
+
+#define NO_NORM UINT32_MAX
+
+/* One layer's recipe: where its norm vectors lie in the norms buffer (floats; NO_NORM: the
+ * model has none), which rotary table it takes, its attention window (0: all positions). */
+typedef struct layer_recipe {
+    uint32_t attn_norm, ffn_norm, q_norm, k_norm, post_attn, post_ffn;
+    uint32_t rope_table; /* 0: global (inv_freq_global), 1: local (sliding layers) */
+    uint32_t window;
+} layer_recipe;
 
 typedef struct gt_vk_fwd {
     pthread_mutex_t lock; /* one step (or KV copy) of this model at a time */
@@ -55,25 +97,46 @@ typedef struct gt_vk_fwd {
     VkCommandPool cpool;
     VkCommandBuffer cb;
     VkFence fence;
-    float *norms_host; /* per layer attn_norm, ffn_norm (d floats each), then output_norm */
+    float *norms_host; /* per layer its norm vectors (layer_recipe), then output_norm */
     size_t n_norm;
+    uint32_t out_norm; /* output_norm's offset */
+    layer_recipe *lr;  /* n_layer */
     vbuf norms;        /* the same on the device (at the first session) */
-    wref tok, out;
+    wref tok[MAX_PARTS], out[MAX_PARTS];
+    int32_t n_tok, n_out;
     wref *lw; /* n_layer * W_PER_LAYER */
     int32_t cap_rows, cap_ctx;
-    vbuf x, xn, q, k, v, att, gate, up, aq, ad, sc, in, lg;
+    vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg, lgh; /* lgh: logits' readback */
     uint64_t scratch_bytes;
+    dset *ds; /* ds_cap, n_ds made (from dpool) */
+    uint32_t n_ds, ds_cap;
+    cmd *plan, *last; /* this pass's commands, and those the command buffer holds (n_last) */
+    uint32_t plan_cap, n_last;
+    bool cb_valid;    /* cb holds `last`, resubmittable */
+    VkQueryPool qp;   /* 2 timestamps around a pass, where the queue has them */
+    double ts_ns;     /* nanoseconds per timestamp tick */
+    uint64_t ts_mask; /* the valid bits */
+    gt_dev_stats stats; /* since the model's load (backend.h) */
 } gt_vk_fwd;
 
 struct gt_dev_kv {
     gt_vk_model *vm;
     vbuf b;
     int32_t mode, max_seq, n_layer;
+    int32_t n_prefix;         /* the shared prefix's positions before the own ones (0: none) */
     uint32_t kd, vd;          /* values per position */
     uint32_t krow, vrow;      /* bytes per position (session/kv.c's row format) */
-    uint64_t layer_words;     /* 32-bit words per layer (K then V) */
-    uint64_t k_words;         /* words of a layer's K part */
+    int32_t *rows;            /* per layer: rows held (storage position q in slot q % rows) */
+    uint64_t *at;             /* per layer: its first word (K rows, then V rows) */
+    uint64_t stage_at;        /* words of the stage (MAX_ROWS K rows, then V rows), when a layer is
+                               * a ring; else 0 */
 };
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* ---- buffers ------------------------------------------------------------------------------ */
 
@@ -88,10 +151,27 @@ static void vbuf_free(gt_vk_ctx *c, vbuf *b, uint64_t *acct) {
     memset(b, 0, sizeof *b);
 }
 
-/* host: host-visible (inputs, logits); else device-local, mapped when the device's local memory
- * is host-visible too (unified memory, ReBAR). */
-static geist_status vbuf_make(gt_vk_ctx *c, uint64_t size, bool host, vbuf *b, uint64_t *acct,
+/* Where a buffer lives. VB_DEVICE: device-local, mapped when the device's local memory is
+ * host-visible too (unified memory, ReBAR). VB_UPLOAD: host-visible, written by the host and read
+ * by the device (inputs, norms): device-local when it can be (ReBAR: write-combined writes are
+ * fast). VB_READBACK: host-visible and host-cached where the device offers it (the logits'
+ * landing place): the host reads it, and reads of ReBAR or uncached memory cross the bus word by
+ * word (milliseconds for a vocabulary's logits on a discrete GPU). */
+enum { VB_DEVICE, VB_UPLOAD, VB_READBACK };
+
+/* a memory type with all of `want` and none of `avoid`, or -1 */
+static int32_t memory_type_not(const gt_vk_ctx *c, uint32_t types, VkMemoryPropertyFlags want,
+                               VkMemoryPropertyFlags avoid) {
+    for (uint32_t i = 0; i < c->mem.memoryTypeCount; i++) {
+        const VkMemoryPropertyFlags f = c->mem.memoryTypes[i].propertyFlags;
+        if ((types & (1u << i)) && (f & want) == want && !(f & avoid)) return (int32_t)i;
+    }
+    return -1;
+}
+
+static geist_status vbuf_make(gt_vk_ctx *c, uint64_t size, int kind, vbuf *b, uint64_t *acct,
                               const char *what, gt_err *err) {
+    const bool host = kind != VB_DEVICE;
     memset(b, 0, sizeof *b);
     if (size < 16) size = 16;
     const uint64_t cap = c->memory_limit ? c->memory_limit : c->probe.device_local;
@@ -113,7 +193,13 @@ static geist_status vbuf_make(gt_vk_ctx *c, uint64_t size, bool host, vbuf *b, u
     c->f.GetBufferMemoryRequirements(c->dev, b->buf, &rq);
     const VkMemoryPropertyFlags hv =
         VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    int32_t t = gt_vk_memory_type(c, rq.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | hv);
+    int32_t t = -1;
+    if (kind == VB_READBACK) {
+        t = memory_type_not(c, rq.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT,
+                                  VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+        if (t < 0) t = gt_vk_memory_type(c, rq.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+    }
+    if (t < 0) t = gt_vk_memory_type(c, rq.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | hv);
     if (t < 0) t = gt_vk_memory_type(c, rq.memoryTypeBits, host ? hv : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
     if (t < 0) t = gt_vk_memory_type(c, rq.memoryTypeBits, host ? hv : 0);
     const VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
@@ -157,14 +243,10 @@ static bool type_ok(uint32_t t) {
 static void check_model(const geist_model *m, char *buf, size_t cap) {
     const gt_config *c = &m->cfg;
     buf[0] = '\0';
-    if (c->arch != GT_ARCH_LLAMA) {
-        snprintf(buf, cap, "vulkan: the device forward pass runs the llama architecture only; "
-                 "this model is %s (use a CPU backend)", c->arch_name);
-        return;
-    }
-    if (c->qk_norm || c->post_norms || c->act != GT_ACT_SILU || c->embed_scale != 1.0f) {
-        snprintf(buf, cap, "vulkan: this model's layer recipe (QK norm, post-norms, GELU or an "
-                 "embedding scale) is not on the device yet (use a CPU backend)");
+    if (c->arch != GT_ARCH_LLAMA && c->arch != GT_ARCH_GEMMA3 && c->arch != GT_ARCH_QWEN3 &&
+        c->arch != GT_ARCH_PHI3) {
+        snprintf(buf, cap, "vulkan: the device forward pass runs the llama, gemma3, qwen3 and "
+                 "phi3 architectures only; this model is %s (use a CPU backend)", c->arch_name);
         return;
     }
     if (c->attn_softcap > 0.0f || c->final_softcap > 0.0f) {
@@ -181,9 +263,9 @@ static void check_model(const geist_model *m, char *buf, size_t cap) {
         }
     }
     for (int32_t il = 0; il < c->n_layer; il++)
-        if (m->layers[il].sliding) {
-            snprintf(buf, cap, "vulkan: sliding-window layers are not on the device yet (use a "
-                     "CPU backend)");
+        if (m->layers[il].sliding && c->sliding_window < 1) {
+            snprintf(buf, cap, "vulkan: a sliding-window layer without a window (use a CPU "
+                     "backend)");
             return;
         }
     if (c->n_rot % 2 || c->n_rot > c->head_dim_k || (c->n_head_kv * c->head_dim_k) % 2 ||
@@ -217,27 +299,47 @@ static void check_model(const geist_model *m, char *buf, size_t cap) {
     }
 }
 
-static bool wref_of(const gt_vk_model *vm, const gt_weight *w, wref *out) {
-    const uint64_t off = (uint64_t)(w->data - vm->model->gguf.base);
-    for (int32_t i = 0; i < vm->n_chunks; i++) {
-        const gt_vk_chunk *ch = &vm->chunks[i];
-        if (off >= ch->src_off && off < ch->src_off + ch->size) {
-            const uint64_t at = off - ch->src_off + ch->shift;
-            if (at > UINT32_MAX) return false;
-            *out = (wref){ch->buf, (uint32_t)at, w->type, (uint32_t)w->n_in, (uint32_t)w->n_out,
-                          (uint32_t)w->row_bytes};
-            return true;
+/* w as parts of whole rows, each inside one device buffer (at most max, else false) */
+static bool wref_parts(const gt_vk_model *vm, const gt_weight *w, wref *out, int32_t max,
+                       int32_t *n) {
+    const uint64_t base = (uint64_t)(w->data - vm->model->gguf.base), rb = w->row_bytes;
+    *n = 0;
+    for (int64_t r = 0; r < w->n_out;) {
+        const uint64_t off = base + (uint64_t)r * rb;
+        int32_t best = -1;
+        uint64_t best_rows = 0;
+        for (int32_t i = 0; i < vm->n_chunks; i++) { /* the chunk holding most rows from r */
+            const gt_vk_chunk *ch = &vm->chunks[i];
+            if (off < ch->src_off || off >= ch->src_off + ch->size) continue;
+            const uint64_t fit = (ch->src_off + ch->size - off) / (rb ? rb : 1);
+            if (fit > best_rows) {
+                best = i;
+                best_rows = fit;
+            }
         }
+        if (best < 0 || best_rows == 0 || *n == max) return false;
+        const gt_vk_chunk *ch = &vm->chunks[best];
+        const uint64_t at = off - ch->src_off + ch->shift;
+        const int64_t nr = (int64_t)best_rows < w->n_out - r ? (int64_t)best_rows : w->n_out - r;
+        if (at > UINT32_MAX) return false;
+        out[(*n)++] = (wref){ch->buf, (uint32_t)at, w->type, (uint32_t)w->n_in, (uint32_t)nr,
+                             (uint32_t)w->row_bytes, (uint32_t)r, (uint32_t)w->n_out};
+        r += nr;
     }
-    return false;
+    return *n > 0;
+}
+
+static bool wref_of(const gt_vk_model *vm, const gt_weight *w, wref *out) {
+    int32_t n;
+    return wref_parts(vm, w, out, 1, &n);
 }
 
 void gt_vk_fwd_free(gt_vk_model *vm) {
     gt_vk_fwd *fw = vm->fwd;
     if (!fw) return;
     gt_vk_ctx *c = vm->ctx;
-    vbuf *bufs[] = {&fw->norms, &fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->gate,
-                    &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg};
+    vbuf *bufs[] = {&fw->norms, &fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o,
+                    &fw->gate, &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         vbuf_free(c, bufs[i], &vm->memory.device_local);
     for (int i = 0; i < P_COUNT; i++)
@@ -245,11 +347,16 @@ void gt_vk_fwd_free(gt_vk_model *vm) {
     if (fw->pl) c->f.DestroyPipelineLayout(c->dev, fw->pl, NULL);
     if (fw->dsl) c->f.DestroyDescriptorSetLayout(c->dev, fw->dsl, NULL);
     if (fw->dpool) c->f.DestroyDescriptorPool(c->dev, fw->dpool, NULL);
+    if (fw->qp) c->f.DestroyQueryPool(c->dev, fw->qp, NULL);
     if (fw->fence) c->f.DestroyFence(c->dev, fw->fence, NULL);
     if (fw->cpool) c->f.DestroyCommandPool(c->dev, fw->cpool, NULL);
     pthread_mutex_destroy(&fw->lock);
     free(fw->norms_host);
     free(fw->lw);
+    free(fw->ds);
+    free(fw->plan);
+    free(fw->last);
+    free(fw->lr);
     free(fw);
     vm->fwd = NULL;
 }
@@ -261,13 +368,16 @@ geist_status gt_vk_fwd_init(gt_vk_model *vm, gt_err *err) {
     if (vm->refuse[0]) return GEIST_OK;
     gt_vk_fwd *fw = calloc(1, sizeof *fw);
     if (fw) fw->lw = calloc((size_t)c->n_layer * W_PER_LAYER, sizeof *fw->lw);
-    if (!fw || !fw->lw) {
-        if (fw) free(fw);
+    if (fw) fw->lr = calloc((size_t)c->n_layer, sizeof *fw->lr);
+    if (!fw || !fw->lw || !fw->lr) {
+        if (fw) free(fw->lw);
+        free(fw);
         return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan forward)");
     }
     pthread_mutex_init(&fw->lock, NULL);
     vm->fwd = fw;
-    bool ok = wref_of(vm, &m->tok_embd, &fw->tok) && wref_of(vm, &m->output, &fw->out);
+    bool ok = wref_parts(vm, &m->tok_embd, fw->tok, MAX_PARTS, &fw->n_tok) &&
+              wref_parts(vm, &m->output, fw->out, MAX_PARTS, &fw->n_out);
     for (int32_t il = 0; ok && il < c->n_layer; il++) {
         const gt_layer *L = &m->layers[il];
         const gt_weight *ws[W_PER_LAYER] = {&L->wq, &L->wk, &L->wv, &L->wo,
@@ -275,26 +385,63 @@ geist_status gt_vk_fwd_init(gt_vk_model *vm, gt_err *err) {
         for (int i = 0; ok && i < W_PER_LAYER; i++)
             ok = wref_of(vm, ws[i], &fw->lw[il * W_PER_LAYER + i]);
     }
-    if (!ok) {
+    if (!ok) { /* a layer matrix split over buffers (larger than one), or more parts */
         gt_vk_fwd_free(vm);
-        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: a weight lies outside the device buffers");
+        return gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: a weight matrix does not fit the "
+                       "device's storage buffers (%llu bytes each; the embedding table and the "
+                       "output may span %d)", (unsigned long long)vm->ctx->probe.max_buffer,
+                       MAX_PARTS);
     }
-    /* the norm vectors, while the span is readable (a file's pages may be dropped after); on
-     * the device with the first session */
-    const size_t d = (size_t)c->d_model;
-    fw->n_norm = (2 * (size_t)c->n_layer + 1) * d;
+    /* the layers' recipes and norm vectors, the latter while the span is readable (a file's
+     * pages may be dropped after); on the device with the first session */
+    const size_t d = (size_t)c->d_model, hk = (size_t)c->head_dim_k;
+    const size_t per_layer = 2 * d + (c->qk_norm ? 2 * hk : 0) + (c->post_norms ? 2 * d : 0);
+    fw->n_norm = (size_t)c->n_layer * per_layer + d;
     float *nw = fw->norms_host = malloc(fw->n_norm * sizeof(float));
     if (!nw) {
         gt_vk_fwd_free(vm);
         return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan norm weights)");
     }
+    size_t at = 0;
+#define NORM(vec, n) (memcpy(nw + at, (vec).data, (n) * sizeof(float)), at += (n), (uint32_t)(at - (n)))
     for (int32_t il = 0; il < c->n_layer; il++) {
-        memcpy(nw + (2 * (size_t)il) * d, m->layers[il].attn_norm.data, d * sizeof(float));
-        memcpy(nw + (2 * (size_t)il + 1) * d, m->layers[il].ffn_norm.data, d * sizeof(float));
+        const gt_layer *L = &m->layers[il];
+        layer_recipe *R = &fw->lr[il];
+        R->attn_norm = NORM(L->attn_norm, d);
+        R->ffn_norm = NORM(L->ffn_norm, d);
+        R->q_norm = c->qk_norm ? NORM(L->q_norm, hk) : NO_NORM;
+        R->k_norm = c->qk_norm ? NORM(L->k_norm, hk) : NO_NORM;
+        R->post_attn = c->post_norms ? NORM(L->post_attn_norm, d) : NO_NORM;
+        R->post_ffn = c->post_norms ? NORM(L->post_ffn_norm, d) : NO_NORM;
+        R->rope_table = L->sliding ? 1u : 0u;
+        R->window = L->sliding ? (uint32_t)c->sliding_window : 0u;
     }
-    memcpy(nw + 2 * (size_t)c->n_layer * d, m->output_norm.data, d * sizeof(float));
+    fw->out_norm = NORM(m->output_norm, d);
+#undef NORM
     vm->memory.host_owned += sizeof *fw + fw->n_norm * sizeof(float) +
-                             (uint64_t)c->n_layer * W_PER_LAYER * sizeof *fw->lw;
+                             (uint64_t)c->n_layer * (W_PER_LAYER * sizeof *fw->lw + sizeof *fw->lr);
+    return GEIST_OK;
+}
+
+/* the descriptor pool and set cache for `cap` sets (the sets made before are dropped) */
+static geist_status make_dpool(gt_vk_model *vm, uint32_t cap, gt_err *err) {
+    gt_vk_fwd *fw = vm->fwd;
+    gt_vk_ctx *c = vm->ctx;
+    if (fw->dpool) c->f.DestroyDescriptorPool(c->dev, fw->dpool, NULL);
+    fw->dpool = VK_NULL_HANDLE;
+    fw->n_ds = fw->ds_cap = 0;
+    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, cap * N_BIND};
+    const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                             .maxSets = cap, .poolSizeCount = 1,
+                                             .pPoolSizes = &ps};
+    if (c->f.CreateDescriptorPool(c->dev, &dpci, NULL, &fw->dpool) != VK_SUCCESS) {
+        fw->dpool = VK_NULL_HANDLE;
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: cannot create a descriptor pool");
+    }
+    dset *ds = realloc(fw->ds, cap * sizeof *ds);
+    if (!ds) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan descriptors)");
+    fw->ds = ds;
+    fw->ds_cap = cap;
     return GEIST_OK;
 }
 
@@ -304,7 +451,7 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     gt_vk_ctx *c = vm->ctx;
     if (fw->pipelines) return GEIST_OK;
     if (!fw->norms.buf) {
-        geist_status st = vbuf_make(c, fw->n_norm * sizeof(float), true, &fw->norms,
+        geist_status st = vbuf_make(c, fw->n_norm * sizeof(float), VB_UPLOAD, &fw->norms,
                                     &vm->memory.device_local, "the norm weights", err);
         if (st) return st;
         memcpy(fw->norms.map, fw->norms_host, fw->n_norm * sizeof(float));
@@ -342,10 +489,15 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         VkShaderModule mod;
         if (c->f.CreateShaderModule(c->dev, &smci, NULL, &mod) != VK_SUCCESS)
             return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot load shader %s", s->name);
+        /* matvec.comp's ROWS8 = 1 and NORM_EPS, the model's RMSNorm epsilon */
+        const struct { uint32_t rows8; float eps; } sv = {1, vm->model->cfg.eps};
+        const VkSpecializationMapEntry sme[2] = {{0, 0, 4}, {1, 4, 4}};
+        const VkSpecializationInfo spec = {2, sme, sizeof sv, &sv};
         const VkComputePipelineCreateInfo cpci = {
             .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
             .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                      .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main"},
+                      .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main",
+                      .pSpecializationInfo = p == P_MATVEC8 ? &spec : NULL},
             .layout = fw->pl};
         const VkResult r = c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &cpci, NULL,
                                                        &fw->pipe[p]);
@@ -374,8 +526,33 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         fw->fence = VK_NULL_HANDLE;
         return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot create a fence");
     }
+    geist_status st = make_dpool(vm, DS_CAP, err);
+    if (st) return st;
+    /* timestamps around each pass, where the queue family keeps them (GPU time in the stats) */
+    VkQueueFamilyProperties q[16];
+    uint32_t nq = 16;
+    c->f.GetPhysicalDeviceQueueFamilyProperties(c->phys, &nq, q);
+    const uint32_t bits = c->queue_family < nq ? q[c->queue_family].timestampValidBits : 0;
+    if (bits > 0 && c->props.limits.timestampPeriod > 0.0f) {
+        const VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                           .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 2};
+        if (c->f.CreateQueryPool(c->dev, &qci, NULL, &fw->qp) != VK_SUCCESS) fw->qp = VK_NULL_HANDLE;
+        fw->ts_ns = c->props.limits.timestampPeriod;
+        fw->ts_mask = bits >= 64 ? UINT64_MAX : (1ull << bits) - 1;
+    }
     fw->pipelines = true;
     return GEIST_OK;
+}
+
+/* Drops the recorded pass and every cached descriptor set: before a buffer they bind is freed
+ * (scratch growth, a session's KV), since a later buffer may get the same handle. Under the lock;
+ * no pass is in flight then (each waits for its fence). */
+static void forget_recordings(gt_vk_model *vm) {
+    gt_vk_fwd *fw = vm->fwd;
+    fw->cb_valid = false;
+    fw->n_last = 0;
+    if (fw->n_ds) vm->ctx->f.ResetDescriptorPool(vm->ctx->dev, fw->dpool, 0);
+    fw->n_ds = 0;
 }
 
 /* scratch for `rows` rows attending over up to `ctx` positions */
@@ -383,12 +560,17 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     gt_vk_fwd *fw = vm->fwd;
     if (rows <= fw->cap_rows && ctx <= fw->cap_ctx) return GEIST_OK;
     if (rows < fw->cap_rows) rows = fw->cap_rows;
+    /* the attention scores grow with the context: by doubling (at least 256 positions), not a
+     * position at a time (each growth reallocates the scratch and drops the recordings) */
+    if (ctx > fw->cap_ctx && ctx < 2 * fw->cap_ctx) ctx = 2 * fw->cap_ctx;
+    if (ctx < 256) ctx = 256;
     if (ctx < fw->cap_ctx) ctx = fw->cap_ctx;
     gt_vk_ctx *c = vm->ctx;
     const gt_config *cf = &vm->model->cfg;
     uint64_t *acct = &vm->memory.device_local;
-    vbuf *bufs[] = {&fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->gate,
-                    &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg};
+    vbuf *bufs[] = {&fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o, &fw->gate,
+                    &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh};
+    forget_recordings(vm); /* they bind the buffers freed here */
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) vbuf_free(c, bufs[i], acct);
     fw->cap_rows = fw->cap_ctx = 0;
     const uint64_t R = (uint64_t)rows, F = sizeof(float);
@@ -399,18 +581,21 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     const uint64_t od = (uint64_t)cf->n_head * (uint64_t)cf->head_dim_v;
     uint64_t wide = d > nff ? d : nff;
     if (od > wide) wide = od;
-    const struct { vbuf *b; uint64_t bytes; bool host; } want[] = {
-        {&fw->x, R * d * F, false},     {&fw->xn, R * d * F, false},
-        {&fw->q, R * qd * F, false},    {&fw->k, R * kd * F, false},
-        {&fw->v, R * vd * F, false},    {&fw->att, R * od * F, false},
-        {&fw->gate, R * nff * F, false}, {&fw->up, R * nff * F, false},
-        {&fw->aq, R * wide, false},     {&fw->ad, R * (wide / 32 + 1) * F, false},
-        {&fw->sc, R * (uint64_t)cf->n_head * (uint64_t)ctx * F, false},
-        {&fw->in, (R * 5 + R * (uint64_t)cf->n_rot) * 4, true},
-        {&fw->lg, R * (uint64_t)cf->n_vocab * F, true},
+    const struct { vbuf *b; uint64_t bytes; int kind; } want[] = {
+        {&fw->x, R * d * F, VB_DEVICE},     {&fw->xn, R * d * F, VB_DEVICE},
+        {&fw->q, R * qd * F, VB_DEVICE},    {&fw->k, R * kd * F, VB_DEVICE},
+        {&fw->v, R * vd * F, VB_DEVICE},    {&fw->att, R * od * F, VB_DEVICE},
+        {&fw->o, R * d * F, VB_DEVICE},
+        {&fw->gate, 2 * R * nff * F, VB_DEVICE}, /* [gate | up] rows when one product makes both */
+        {&fw->up, R * nff * F, VB_DEVICE},
+        {&fw->aq, R * wide, VB_DEVICE},     {&fw->ad, R * (wide / 32 + 1) * F, VB_DEVICE},
+        {&fw->sc, R * (uint64_t)cf->n_head * (uint64_t)ctx * F, VB_DEVICE},
+        {&fw->in, (R * 5 + 2 * R * (uint64_t)cf->n_rot) * 4, VB_UPLOAD}, /* two rotary tables */
+        {&fw->lg, R * (uint64_t)cf->n_vocab * F, VB_DEVICE},
+        {&fw->lgh, R * (uint64_t)cf->n_vocab * F, VB_READBACK},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        geist_status st = vbuf_make(c, want[i].bytes, want[i].host, want[i].b, acct,
+        geist_status st = vbuf_make(c, want[i].bytes, want[i].kind, want[i].b, acct,
                                     "the forward pass's scratch", err);
         if (st) {
             for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++) vbuf_free(c, bufs[j], acct);
@@ -432,21 +617,30 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
         return gt_fail(err, GEIST_ERR_UNSUPPORTED,
                        "vulkan: KV mode %d is not supported on the device (supported: 0 = F32, "
                        "1 = F16, 2 = INT8)", (int)d->kv_mode);
+    if (d->n_layer != cf->n_layer || d->n_prefix < 0 || d->n_prefix >= d->max_seq_len)
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "vulkan: a KV descriptor of %d layers "
+                       "after %d prefix positions", (int)d->n_layer, (int)d->n_prefix);
     for (int32_t il = 0; il < d->n_layer; il++)
-        if (d->rows[il] != d->max_seq_len)
-            return gt_fail(err, GEIST_ERR_UNSUPPORTED,
-                           "vulkan: sessions on a shared prefix are not supported on the device "
-                           "yet (create the session without the prefix, or use a CPU backend)");
+        if (d->rows[il] < 1 || d->rows[il] > d->max_seq_len - d->n_prefix)
+            return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "vulkan: layer %d of a KV descriptor "
+                           "holds %d rows", (int)il, (int)d->rows[il]);
     const gt_config *c = &vm->model->cfg;
     pthread_mutex_lock(&vm->fwd->lock);
     geist_status st = make_pipelines(vm, err);
     pthread_mutex_unlock(&vm->fwd->lock);
     if (st) return st;
     gt_dev_kv *kv = calloc(1, sizeof *kv);
-    if (!kv) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan KV)");
+    if (kv) kv->rows = calloc((size_t)d->n_layer, sizeof *kv->rows);
+    if (kv) kv->at = calloc((size_t)d->n_layer, sizeof *kv->at);
+    if (!kv || !kv->rows || !kv->at) {
+        if (kv) free(kv->rows);
+        free(kv);
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan KV)");
+    }
     kv->vm = vm;
     kv->mode = d->kv_mode;
     kv->max_seq = d->max_seq_len;
+    kv->n_prefix = d->n_prefix;
     kv->n_layer = d->n_layer;
     kv->kd = (uint32_t)(c->n_head_kv * c->head_dim_k);
     kv->vd = (uint32_t)(c->n_head_kv * c->head_dim_v);
@@ -458,10 +652,24 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
         kv->krow = kv->kd * per;
         kv->vrow = kv->vd * per;
     }
-    kv->k_words = (uint64_t)kv->max_seq * kv->krow / 4;
-    kv->layer_words = kv->k_words + (uint64_t)kv->max_seq * kv->vrow / 4;
-    const uint64_t bytes = kv->layer_words * 4 * (uint64_t)d->n_layer;
-    if (bytes > vm->ctx->probe.max_buffer || kv->layer_words * (uint64_t)d->n_layer > UINT32_MAX) {
+    /* per layer its rows (session/kv.c's layout: a ring on sliding layers), then the stage of
+     * one pass's rows when some layer is a ring (GT_KV_STAGED's rows, attn.comp) */
+    uint64_t words = 0;
+    bool ring = false;
+    for (int32_t il = 0; il < d->n_layer; il++) {
+        kv->rows[il] = d->rows[il];
+        kv->at[il] = words;
+        words += (uint64_t)d->rows[il] * (kv->krow + kv->vrow) / 4;
+        ring = ring || d->rows[il] < d->max_seq_len - d->n_prefix;
+    }
+    if (ring) {
+        kv->stage_at = words;
+        words += (uint64_t)MAX_ROWS * (kv->krow + kv->vrow) / 4;
+    }
+    const uint64_t bytes = words * 4;
+    if (bytes > vm->ctx->probe.max_buffer || words > UINT32_MAX) {
+        free(kv->rows);
+        free(kv->at);
         free(kv);
         return gt_fail(err, GEIST_ERR_UNSUPPORTED,
                        "vulkan: a KV cache of %.1f MiB (max_seq_len %d) exceeds the device's "
@@ -469,8 +677,10 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
                        bytes / 1048576.0, (int)d->max_seq_len,
                        vm->ctx->probe.max_buffer / 1048576.0);
     }
-    st = vbuf_make(vm->ctx, bytes, false, &kv->b, NULL, "the session's KV cache", err);
+    st = vbuf_make(vm->ctx, bytes, VB_DEVICE, &kv->b, NULL, "the session's KV cache", err);
     if (st) {
+        free(kv->rows);
+        free(kv->at);
         free(kv);
         return st;
     }
@@ -480,7 +690,12 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
 
 void gt_vk_kv_free(gt_dev_kv *kv) {
     if (!kv) return;
+    pthread_mutex_lock(&kv->vm->fwd->lock);
+    forget_recordings(kv->vm);
     vbuf_free(kv->vm->ctx, &kv->b, NULL);
+    pthread_mutex_unlock(&kv->vm->fwd->lock);
+    free(kv->rows);
+    free(kv->at);
     free(kv);
 }
 
@@ -488,15 +703,15 @@ uint64_t gt_vk_kv_bytes(const gt_dev_kv *kv) { return kv ? kv->b.size : 0; }
 
 geist_status gt_vk_kv_io(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n, void *k, void *v,
                          bool write, gt_err *err) {
-    if (layer < 0 || layer >= kv->n_layer || row0 < 0 || n < 0 || row0 + n > kv->max_seq)
+    if (layer < 0 || layer >= kv->n_layer || row0 < 0 || n < 0 || row0 + n > kv->rows[layer])
         return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "vulkan: KV rows out of range");
     if (!kv->b.map)
         return gt_fail(err, GEIST_ERR_UNSUPPORTED,
                        "vulkan: this device's KV memory is not host-visible: snapshots, restore "
                        "and fork of device sessions are not supported on it yet");
-    uint8_t *base = (uint8_t *)kv->b.map + (size_t)layer * kv->layer_words * 4;
+    uint8_t *base = (uint8_t *)kv->b.map + (size_t)kv->at[layer] * 4;
     uint8_t *dk = base + (size_t)row0 * kv->krow;
-    uint8_t *dv = base + kv->k_words * 4 + (size_t)row0 * kv->vrow;
+    uint8_t *dv = base + (size_t)kv->rows[layer] * kv->krow + (size_t)row0 * kv->vrow;
     pthread_mutex_lock(&kv->vm->fwd->lock); /* no step writes while we copy */
     if (write) {
         memcpy(dk, k, (size_t)n * kv->krow);
@@ -514,26 +729,94 @@ geist_status gt_vk_kv_io(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n, 
 typedef struct rec {
     gt_vk_ctx *c;
     gt_vk_fwd *fw;
-    VkCommandBuffer cb;
+    uint32_t n; /* commands planned (fw->plan) */
     bool failed;
     VkBuffer aq_src; /* whose 8-bit rows the activation scratch holds (format aq_fmt) */
     int aq_fmt;
+    /* hazards since the last barrier: buffers written, buffers read (placeholders excluded) */
+    VkBuffer wr[2 * N_BIND * 4], rd[8 * N_BIND * 4];
+    uint32_t n_wr, n_rd;
+    bool force;    /* a barrier before the next dispatch (after one of unknown writes) */
+    bool disjoint; /* the dispatches write disjoint ranges of what they share (per session) */
 } rec;
+
+/* The bindings each kernel writes (the others it only reads): a barrier goes before a dispatch
+ * only when it reads or writes what an earlier dispatch since the last barrier wrote, or writes
+ * what one read (independent products such as Q, K and V share no barrier). 0: unknown, a
+ * barrier before and after. */
+#define WB(i) (1u << (i))
+static const uint32_t k_writes[P_COUNT] = {
+    [P_EMBED] = WB(3), [P_QUANT] = WB(4) | WB(5), [P_MATVEC] = WB(3), [P_RMSNORM] = WB(3),
+    [P_ROPE] = WB(2) | WB(3), [P_KVSTORE] = WB(6), [P_ATTN] = WB(3) | WB(5), [P_ACT] = WB(3),
+    [P_MATVEC8] = WB(3)};
+
+static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
+    for (uint32_t i = 0; i < n; i++)
+        if (set[i] == b) return true;
+    return false;
+}
+
+static cmd *plan_next(rec *r) {
+    gt_vk_fwd *fw = r->fw;
+    if (r->failed) return NULL;
+    if (r->n == fw->plan_cap) {
+        const uint32_t cap = fw->plan_cap ? 2 * fw->plan_cap : 512;
+        cmd *p = realloc(fw->plan, cap * sizeof *p);
+        if (!p) {
+            r->failed = true;
+            return NULL;
+        }
+        fw->plan = p;
+        fw->plan_cap = cap;
+    }
+    cmd *e = &fw->plan[r->n++];
+    memset(e, 0, sizeof *e);
+    return e;
+}
 
 static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *pc, uint32_t pcs,
                      uint32_t groups) {
     if (r->failed || groups == 0) return;
-    if (pipe != P_MATVEC && pipe != P_QUANT) r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
-    gt_vk_ctx *c = r->c;
-    gt_vk_fwd *fw = r->fw;
+    if (pipe != P_MATVEC && pipe != P_MATVEC8 && pipe != P_QUANT) r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
+    const uint32_t wmask = k_writes[pipe] ? k_writes[pipe] : 0xFFu;
+    bool hazard = k_writes[pipe] == 0 || r->force;
+    for (uint32_t i = 0; i < N_BIND && !hazard; i++) {
+        if (!bind[i]) continue;
+        const bool written = among(r->wr, r->n_wr, bind[i]);
+        hazard = (written && !(r->disjoint && (wmask & WB(i)))) ||
+                 ((wmask & WB(i)) && among(r->rd, r->n_rd, bind[i]));
+    }
+    if (hazard || r->n_wr + N_BIND > sizeof r->wr / sizeof r->wr[0] ||
+        r->n_rd + N_BIND > sizeof r->rd / sizeof r->rd[0])
+        r->n_wr = r->n_rd = 0;
+    cmd *e = plan_next(r);
+    if (!e) return;
+    e->kind = CMD_DISPATCH;
+    e->pipe = (uint32_t)pipe;
+    e->barrier = r->n > 1 && r->n_wr + r->n_rd == 0; /* the first needs none (host writes: submit) */
+    e->pcs = pcs;
+    memcpy(e->bind, bind, sizeof e->bind);
+    memcpy(e->pc, pc, pcs);
+    e->gx = groups < MAX_GROUPS_X ? groups : MAX_GROUPS_X;
+    e->gy = (groups + e->gx - 1) / e->gx;
+    for (uint32_t i = 0; i < N_BIND; i++) {
+        if (!bind[i]) continue;
+        if (wmask & WB(i)) r->wr[r->n_wr++] = bind[i];
+        else r->rd[r->n_rd++] = bind[i];
+    }
+    r->force = k_writes[pipe] == 0;
+}
+
+/* the descriptor set for these bindings (unused ones get a placeholder): cached */
+static VkDescriptorSet dset_for(gt_vk_ctx *c, gt_vk_fwd *fw, const VkBuffer bind[N_BIND]) {
+    for (uint32_t i = 0; i < fw->n_ds; i++)
+        if (memcmp(fw->ds[i].b, bind, sizeof fw->ds[i].b) == 0) return fw->ds[i].set;
+    if (fw->n_ds == fw->ds_cap) return VK_NULL_HANDLE;
     const VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                             .descriptorPool = fw->dpool, .descriptorSetCount = 1,
                                             .pSetLayouts = &fw->dsl};
     VkDescriptorSet set;
-    if (c->f.AllocateDescriptorSets(c->dev, &ai, &set) != VK_SUCCESS) {
-        r->failed = true;
-        return;
-    }
+    if (c->f.AllocateDescriptorSets(c->dev, &ai, &set) != VK_SUCCESS) return VK_NULL_HANDLE;
     VkDescriptorBufferInfo bi[N_BIND];
     VkWriteDescriptorSet wr[N_BIND];
     for (uint32_t i = 0; i < N_BIND; i++) {
@@ -544,16 +827,56 @@ static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *
                                        .pBufferInfo = &bi[i]};
     }
     c->f.UpdateDescriptorSets(c->dev, N_BIND, wr, 0, NULL);
-    c->f.CmdBindPipeline(r->cb, VK_PIPELINE_BIND_POINT_COMPUTE, fw->pipe[pipe]);
-    c->f.CmdBindDescriptorSets(r->cb, VK_PIPELINE_BIND_POINT_COMPUTE, fw->pl, 0, 1, &set, 0, NULL);
-    c->f.CmdPushConstants(r->cb, fw->pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, pcs, pc);
-    const uint32_t gx = groups < MAX_GROUPS_X ? groups : MAX_GROUPS_X;
-    c->f.CmdDispatch(r->cb, gx, (groups + gx - 1) / gx, 1);
-    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-                                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
-    c->f.CmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+    memcpy(fw->ds[fw->n_ds].b, bind, sizeof fw->ds[fw->n_ds].b);
+    fw->ds[fw->n_ds++].set = set;
+    return set;
+}
+
+static void barrier(gt_vk_ctx *c, VkCommandBuffer cb, VkAccessFlags src, VkAccessFlags dst,
+                    VkPipelineStageFlags from, VkPipelineStageFlags to) {
+    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = src,
+                                .dstAccessMask = dst};
+    c->f.CmdPipelineBarrier(cb, from, to, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+/* the command buffer from the plan (n commands); false on a failure */
+static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
+    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    if (c->f.ResetCommandBuffer(fw->cb, 0) != VK_SUCCESS || c->f.BeginCommandBuffer(fw->cb, &bi) != VK_SUCCESS)
+        return false;
+    VkCommandBuffer cb = fw->cb;
+    const VkPipelineStageFlags CS = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+    if (fw->qp) {
+        c->f.CmdResetQueryPool(cb, fw->qp, 0, 2);
+        c->f.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, fw->qp, 0);
+    }
+    int last_pipe = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        const cmd *e = &fw->plan[i];
+        if (e->barrier) {
+            barrier(c, cb, VK_ACCESS_SHADER_WRITE_BIT,
+                    VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT, CS, CS);
+        }
+        if (e->kind == CMD_COPY_LOGITS) {
+            barrier(c, cb, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT, CS,
+                    VK_PIPELINE_STAGE_TRANSFER_BIT);
+            const VkBufferCopy bc = {0, 0, e->pc[0]};
+            c->f.CmdCopyBuffer(cb, fw->lg.buf, fw->lgh.buf, 1, &bc);
+            barrier(c, cb, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT,
+                    VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT);
+            continue;
+        }
+        const VkDescriptorSet set = dset_for(c, fw, e->bind);
+        if (!set) return false;
+        if ((int)e->pipe != last_pipe)
+            c->f.CmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, fw->pipe[e->pipe]);
+        last_pipe = (int)e->pipe;
+        c->f.CmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, fw->pl, 0, 1, &set, 0, NULL);
+        c->f.CmdPushConstants(cb, fw->pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, e->pcs, e->pc);
+        c->f.CmdDispatch(cb, e->gx, e->gy, 1);
+    }
+    if (fw->qp) c->f.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, fw->qp, 1);
+    return c->f.EndCommandBuffer(cb) == VK_SUCCESS;
 }
 
 /* the 8-bit activation format a weight type's product takes (act_quant.h): 0 blocks of 32,
@@ -573,26 +896,119 @@ static void rec_quant(rec *r, VkBuffer src, uint32_t n_in, uint32_t n_tok, int f
 
 /* y (ldy = n_out) (+)= W x for n_tok rows; x's 8-bit rows are made first when a quantized W
  * needs a format the scratch does not hold for x yet */
-static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok, bool acc) {
-    const int fmt = act_fmt(w->type);
-    if (fmt >= 0 && (r->aq_src != x || r->aq_fmt != fmt)) rec_quant(r, x, w->n_in, n_tok, fmt);
-    const uint32_t pc[8] = {w->off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->n_out, acc};
-    const VkBuffer b[N_BIND] = {w->buf, 0, x, y, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
-    dispatch(r, P_MATVEC, b, pc, sizeof pc, w->n_out);
+/* Whether a product makes x's 8-bit rows itself (matvec.comp's bit 1): every workgroup repeats
+ * them, so only for steps of a few rows (decode: one per session), whose rows fit its shared
+ * memory (SQ_WORDS words); longer steps (prefill) quantize once (quant.comp) for all. */
+static bool selfq_fits(uint32_t n_in, uint32_t n_tok) {
+    return n_tok <= 8 && (uint64_t)n_tok * n_in / 4 <= 3072;
 }
 
+/* matvec.comp's in-product steps (bits of its `accumulate`) */
+enum { MV_ACC = 1, MV_SELFQ = 2, MV_GATED = 4, MV_ROPE = 8, MV_NORM = 16 };
+
+/* A quantized product with its 8-bit rows made inside (selfq_fits) and these steps there:
+ * MV_GATED: x holds [gate | up] rows of 2 n_in, the input is silu(gate) * up (act.comp's);
+ * MV_ROPE: the output pairs (2i, 2i + 1) of heads of hd values rotated as rope.comp does (the
+ * pass inputs' cos/sin bound at 5); MV_NORM: x is the residual stream, normalized as
+ * rmsnorm.comp does with the norm vector at float norm_at of fw->norms (bound at 4; below
+ * 2^24: gt_vk_fwd_init checks). */
+static void rec_mv_fused(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok,
+                         uint32_t bits, uint32_t norm_at, uint32_t hd, uint32_t n_rot) {
+    uint32_t acc = bits | MV_SELFQ;
+    if (bits & MV_ROPE) acc |= hd << 8 | n_rot << 20;
+    const uint32_t type = w->type | ((bits & MV_NORM) ? norm_at << 8 : 0u);
+    const uint32_t pc[9] = {w->off, type, w->n_in, w->row_bytes, w->n_out, n_tok, w->ldy, acc,
+                            w->row0};
+    const VkBuffer b[N_BIND] = {w->buf, 0, x, y,
+                                (bits & MV_NORM) ? r->fw->norms.buf : r->fw->aq.buf,
+                                (bits & MV_ROPE) ? r->fw->in.buf : r->fw->ad.buf, 0, 0};
+    dispatch(r, P_MATVEC8, b, pc, sizeof pc, (w->n_out + 7) / 8);
+}
+
+static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok, bool acc) {
+    const int fmt = act_fmt(w->type);
+    /* the product makes x's 8-bit rows itself when they fit, unless the scratch holds them */
+    const bool selfq = fmt >= 0 && selfq_fits(w->n_in, n_tok) && (r->aq_src != x || r->aq_fmt != fmt);
+    if (fmt >= 0 && !selfq && (r->aq_src != x || r->aq_fmt != fmt))
+        rec_quant(r, x, w->n_in, n_tok, fmt);
+    const uint32_t pc[9] = {w->off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->ldy,
+                            (uint32_t)acc | (selfq ? 2u : 0u), w->row0};
+    const VkBuffer b[N_BIND] = {w->buf, 0, x, y, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
+    if (fmt >= 0) dispatch(r, P_MATVEC8, b, pc, sizeof pc, (w->n_out + 7) / 8);
+    else dispatch(r, P_MATVEC, b, pc, sizeof pc, w->n_out);
+}
+
+/* y = norm(x) * w for n_rows rows of d values (the norm vector at w_off of the norms buffer);
+ * acc: y += that (a post-norm's residual); gather_at != 0: the rows asking for logits */
 static void rec_norm(rec *r, VkBuffer x, VkBuffer y, uint32_t n_rows, uint32_t d, uint32_t w_off,
-                     uint32_t gather_at, float eps) {
-    struct { uint32_t n, w_off, gather, gather_at; float eps; } pc = {d, w_off, gather_at != 0,
-                                                                        gather_at, eps};
+                     uint32_t gather_at, float eps, bool acc) {
+    struct { uint32_t n, w_off, gather, gather_at; float eps; uint32_t acc; } pc = {
+        d, w_off, gather_at != 0, gather_at, eps, acc};
     const VkBuffer b[N_BIND] = {0, r->fw->in.buf, x, y, 0, 0, 0, r->fw->norms.buf};
     dispatch(r, P_RMSNORM, b, &pc, sizeof pc, n_rows);
+}
+
+/* x += W y, or with a post-norm (Gemma 3) x += norm(W y) * post (session/forward.c's
+ * add_residual) */
+static void rec_residual(rec *r, const wref *w, VkBuffer y, uint32_t n, uint32_t post,
+                         float eps) {
+    gt_vk_fwd *fw = r->fw;
+    if (post == NO_NORM) {
+        rec_matvec(r, w, y, fw->x.buf, n, true);
+        return;
+    }
+    rec_matvec(r, w, y, fw->o.buf, n, false);
+    rec_norm(r, fw->o.buf, fw->x.buf, n, w->n_out, post, 0, eps, true);
 }
 
 typedef struct grp {
     int32_t r0, n;
     gt_dev_kv *kv;
+    const gt_dev_kv *prefix; /* the shared prefix's KV, or NULL */
+    int32_t n_prefix;
 } grp;
+
+/* K/V of a group's rows into its cache (stage: into its stage, slot = pass row) */
+static void rec_kvstore(rec *r, const gt_config *cf, const grp *G, int32_t il, bool stage) {
+    const gt_dev_kv *kv = G->kv;
+    const uint32_t kd = kv->kd, vd = kv->vd;
+    const uint32_t k_at = (uint32_t)(stage ? kv->stage_at : kv->at[il]);
+    const uint32_t v_at = k_at + (uint32_t)((uint64_t)(stage ? MAX_ROWS : kv->rows[il]) * kv->krow / 4);
+    const uint32_t pc[13] = {(uint32_t)G->r0, (uint32_t)G->n, kd, vd, k_at, v_at,
+                             (uint32_t)kv->mode, (uint32_t)cf->n_head_kv, (uint32_t)cf->head_dim_k,
+                             (uint32_t)cf->head_dim_v, (uint32_t)G->n_prefix,
+                             (uint32_t)kv->rows[il], stage};
+    const VkBuffer b[N_BIND] = {0, r->fw->in.buf, r->fw->k.buf, r->fw->v.buf, 0, 0, kv->b.buf, 0};
+    const uint32_t inv = kv->mode == GEIST_KV_INT8 ? (uint32_t)G->n * 2u * (uint32_t)cf->n_head_kv
+                                                   : (uint32_t)G->n * (kd + vd) / 2;
+    dispatch(r, P_KVSTORE, b, pc, sizeof pc, (inv + 63) / 64);
+}
+
+/* a group's rows attend over the positions each sees (attn.comp): the prefix's rows, the own
+ * rows, with stage_pos0 (else UINT32_MAX) the pass's rows from the stage */
+static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint32_t window,
+                     uint32_t stage_pos0) {
+    const gt_dev_kv *kv = G->kv, *pk = G->prefix;
+    const uint32_t k_at = (uint32_t)kv->at[il];
+    const uint32_t sk_at = (uint32_t)kv->stage_at;
+    struct {
+        uint32_t row0, n_head, n_head_kv, hk, hv, k_at, v_at, mode, s_stride;
+        float scale;
+        uint32_t window, n_prefix, rows, stage_pos0, stage_row0, sk_at, sv_at, pmode, pk_at,
+            pv_at, prows;
+    } pc = {(uint32_t)G->r0, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv,
+            (uint32_t)cf->head_dim_k, (uint32_t)cf->head_dim_v, k_at,
+            k_at + (uint32_t)((uint64_t)kv->rows[il] * kv->krow / 4), (uint32_t)kv->mode,
+            (uint32_t)r->fw->cap_ctx, cf->attn_scale, window, (uint32_t)G->n_prefix,
+            (uint32_t)kv->rows[il], stage_pos0, (uint32_t)G->r0, sk_at,
+            sk_at + (uint32_t)((uint64_t)MAX_ROWS * kv->krow / 4),
+            pk ? (uint32_t)pk->mode : (uint32_t)kv->mode, pk ? (uint32_t)pk->at[il] : 0u,
+            pk ? (uint32_t)(pk->at[il] + (uint64_t)pk->rows[il] * pk->krow / 4) : 0u,
+            pk ? (uint32_t)pk->rows[il] : 1u};
+    const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
+                                r->fw->att.buf, 0, r->fw->sc.buf, kv->b.buf, 0};
+    dispatch(r, P_ATTN, b, &pc, sizeof pc, (uint32_t)G->n * (uint32_t)cf->n_head);
+}
 
 /* one pass over rows [0, n) (n <= MAX_ROWS) */
 static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, gt_err *err) {
@@ -603,129 +1019,185 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     int32_t max_ctx = 1, n_groups = 0, n_lg = 0;
     grp groups[MAX_ROWS];
     for (int32_t t = 0; t < n; t++) {
-        if (rows[t].prefix || rows[t].n_prefix)
-            return gt_fail(err, GEIST_ERR_UNSUPPORTED,
-                           "vulkan: sessions on a shared prefix are not supported on the device yet");
-        if (rows[t].kv->vm != vm || rows[t].pos >= rows[t].kv->max_seq)
+        const gt_dev_row *rw = &rows[t];
+        if (rw->kv->vm != vm || rw->pos >= rw->kv->max_seq || rw->pos < rw->n_prefix ||
+            rw->n_prefix != rw->kv->n_prefix ||
+            (rw->prefix != NULL) != (rw->n_prefix > 0) ||
+            (rw->prefix && (rw->prefix->vm != vm || rw->n_prefix > rw->prefix->max_seq)))
             return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "vulkan: a row's KV does not fit");
-        if (rows[t].pos + 1 > max_ctx) max_ctx = rows[t].pos + 1;
-        if (t == 0 || rows[t].kv != rows[t - 1].kv) groups[n_groups++] = (grp){t, 0, rows[t].kv};
+        if (rw->pos + 1 > max_ctx) max_ctx = rw->pos + 1;
+        if (t == 0 || rw->kv != rows[t - 1].kv) {
+            groups[n_groups++] = (grp){t, 0, rw->kv, rw->prefix, rw->n_prefix};
+        } else if (rw->pos != rows[t - 1].pos + 1) {
+            return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                           "vulkan: a session's rows of one step must be consecutive positions");
+        }
         groups[n_groups - 1].n++;
-        if (rows[t].logits) n_lg++;
+        if (rw->logits) n_lg++;
     }
     geist_status st = grow_scratch(vm, MAX_ROWS, max_ctx, err);
     if (st) return st;
-    /* descriptor sets for this pass (one per dispatch) */
-    const uint32_t sets = (uint32_t)cf->n_layer * (20 + 2 * (uint32_t)n_groups) + 8;
-    if (sets > fw->dpool_sets) {
-        if (fw->dpool) c->f.DestroyDescriptorPool(c->dev, fw->dpool, NULL);
-        fw->dpool = VK_NULL_HANDLE;
-        fw->dpool_sets = 0;
-        const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, sets * N_BIND};
-        const VkDescriptorPoolCreateInfo dpci = {
-            .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = sets,
-            .poolSizeCount = 1, .pPoolSizes = &ps};
-        if (c->f.CreateDescriptorPool(c->dev, &dpci, NULL, &fw->dpool) != VK_SUCCESS) {
-            fw->dpool = VK_NULL_HANDLE;
-            return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: cannot create a descriptor pool");
-        }
-        fw->dpool_sets = sets;
-    }
-    c->f.ResetDescriptorPool(c->dev, fw->dpool, 0);
 
-    /* the pass's inputs: per row token, pos; the rows wanting logits; rotary cos/sin */
+    /* the pass's inputs: per row token, pos; the rows wanting logits; the rotary cos/sin of
+     * every row, computed as session/forward.c's rope_angles, for the global layers, then the
+     * local (sliding) ones */
+    const uint64_t t_plan = now_ns();
     uint32_t *in = fw->in.map;
     const uint32_t gather_at = 4u * (uint32_t)n, rope_at = gather_at + (uint32_t)n;
+    const uint32_t rope_at_local = rope_at + (uint32_t)n * (uint32_t)cf->n_rot;
     const int32_t half = cf->n_rot / 2;
     for (int32_t t = 0, k = 0; t < n; t++) {
         in[4 * t] = (uint32_t)rows[t].token;
         in[4 * t + 1] = (uint32_t)rows[t].pos;
         in[4 * t + 2] = in[4 * t + 3] = 0;
         if (rows[t].logits) in[gather_at + (uint32_t)k++] = (uint32_t)t;
-        float *cs = (float *)(void *)(in + rope_at + (size_t)t * (size_t)cf->n_rot);
-        const float pos = (float)rows[t].pos * cf->rope_scale_global;
-        for (int32_t i = 0; i < half; i++) { /* as session/forward.c's rope_angles */
-            const double theta = (double)pos * (double)m->inv_freq_global[i];
-            cs[i] = (float)cos(theta);
-            cs[half + i] = (float)sin(theta);
+        for (int tab = 0; tab < 2; tab++) {
+            const float *inv_freq = tab ? m->inv_freq_local : m->inv_freq_global;
+            const float pos = (float)rows[t].pos * (tab ? cf->rope_scale_local : cf->rope_scale_global);
+            float *cs = (float *)(void *)(in + (tab ? rope_at_local : rope_at) +
+                                          (size_t)t * (size_t)cf->n_rot);
+            for (int32_t i = 0; i < half; i++) {
+                const double theta = (double)pos * (double)inv_freq[i];
+                cs[i] = (float)cos(theta);
+                cs[half + i] = (float)sin(theta);
+            }
         }
     }
 
-    rec r = {c, fw, fw->cb, false, VK_NULL_HANDLE, -1};
-    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-    if (c->f.ResetCommandBuffer(fw->cb, 0) != VK_SUCCESS || c->f.BeginCommandBuffer(fw->cb, &bi) != VK_SUCCESS)
-        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot begin a command buffer");
+    rec r = {.c = c, .fw = fw, .aq_src = VK_NULL_HANDLE, .aq_fmt = -1};
     const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
+    const uint32_t hk = (uint32_t)cf->head_dim_k, nrot = (uint32_t)cf->n_rot;
     const uint32_t kd = (uint32_t)(cf->n_head_kv * cf->head_dim_k);
-    const uint32_t vd = (uint32_t)(cf->n_head_kv * cf->head_dim_v);
-    {
-        struct { uint32_t w_off, type, n_in, row_bytes; float scale; } pc = {
-            fw->tok.off, fw->tok.type, fw->tok.n_in, fw->tok.row_bytes, cf->embed_scale};
-        const VkBuffer b[N_BIND] = {fw->tok.buf, fw->in.buf, 0, fw->x.buf, 0, 0, 0, 0};
+    for (int32_t i = 0; i < fw->n_tok; i++) {
+        const wref *tw = &fw->tok[i];
+        struct { uint32_t w_off, type, n_in, row_bytes; float scale; uint32_t row_lo, row_hi; } pc = {
+            tw->off, tw->type, tw->n_in, tw->row_bytes, cf->embed_scale, tw->row0,
+            tw->row0 + tw->n_out};
+        const VkBuffer b[N_BIND] = {tw->buf, fw->in.buf, 0, fw->x.buf, 0, 0, 0, 0};
         dispatch(&r, P_EMBED, b, &pc, sizeof pc, N);
     }
     for (int32_t il = 0; il < cf->n_layer; il++) {
         const wref *w = &fw->lw[il * W_PER_LAYER];
-        rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, 2u * (uint32_t)il * d, 0, cf->eps);
-        rec_matvec(&r, &w[W_Q], fw->xn.buf, fw->q.buf, N, false);
-        rec_matvec(&r, &w[W_K], fw->xn.buf, fw->k.buf, N, false);
-        rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
-        {
-            const uint32_t pc[7] = {N, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv,
-                                    (uint32_t)cf->head_dim_k, (uint32_t)cf->n_rot,
-                                    cf->rope_style == GT_ROPE_NEOX, rope_at};
+        const layer_recipe *R = &fw->lr[il];
+        /* decode-size steps (selfq_fits): the attention norm inside the Q, K, V products (each
+         * repeats it) and, without a QK norm in between, the rotation of adjacent pairs inside
+         * Q and K (the global table) */
+        const bool qkv_q = act_fmt(w[W_Q].type) >= 0 && act_fmt(w[W_K].type) >= 0 &&
+                           act_fmt(w[W_V].type) >= 0;
+        const bool fuse_n1 = qkv_q && selfq_fits(d, N) && fw->n_norm < (1u << 24);
+        const bool fuse_rope = fuse_n1 && R->q_norm == NO_NORM && R->rope_table == 0 &&
+                               cf->rope_style == GT_ROPE_NORM && hk < 4096 && nrot < 4096 &&
+                               w[W_Q].n_out == (uint32_t)cf->n_head * hk && w[W_K].n_out == kd;
+        if (fuse_n1) {
+            const uint32_t rb = MV_NORM | (fuse_rope ? MV_ROPE : 0u);
+            rec_mv_fused(&r, &w[W_Q], fw->x.buf, fw->q.buf, N, rb, R->attn_norm, hk, nrot);
+            rec_mv_fused(&r, &w[W_K], fw->x.buf, fw->k.buf, N, rb, R->attn_norm, hk, nrot);
+            rec_mv_fused(&r, &w[W_V], fw->x.buf, fw->v.buf, N, MV_NORM, R->attn_norm, 0, 0);
+        } else {
+            rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->attn_norm, 0, cf->eps, false);
+            rec_matvec(&r, &w[W_Q], fw->xn.buf, fw->q.buf, N, false);
+            rec_matvec(&r, &w[W_K], fw->xn.buf, fw->k.buf, N, false);
+            rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
+        }
+        if (R->q_norm != NO_NORM) { /* per head, in place, before the rotary */
+            rec_norm(&r, fw->q.buf, fw->q.buf, N * (uint32_t)cf->n_head, hk, R->q_norm, 0, cf->eps,
+                     false);
+            rec_norm(&r, fw->k.buf, fw->k.buf, N * (uint32_t)cf->n_head_kv, hk, R->k_norm, 0,
+                     cf->eps, false);
+        }
+        if (!fuse_rope) {
+            const uint32_t pc[7] = {N, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv, hk,
+                                    (uint32_t)cf->n_rot, cf->rope_style == GT_ROPE_NEOX,
+                                    R->rope_table ? rope_at_local : rope_at};
             const VkBuffer b[N_BIND] = {0, fw->in.buf, fw->q.buf, fw->k.buf, 0, 0, 0, 0};
             const uint32_t total = N * (uint32_t)(cf->n_head + cf->n_head_kv) * (uint32_t)half;
             dispatch(&r, P_ROPE, b, pc, sizeof pc, (total + 63) / 64);
         }
+        /* a ring layer's rows of several positions: staged while they attend, then stored
+         * (kv.h's GT_KV_STAGED: writing them first could overwrite slots earlier rows see);
+         * kvstore makes the same bits both times */
+        bool staged[MAX_ROWS];
         for (int32_t g = 0; g < n_groups; g++) {
-            const gt_dev_kv *kv = groups[g].kv;
-            const uint32_t k_at = (uint32_t)((uint64_t)il * kv->layer_words);
-            const bool i8 = kv->mode == GEIST_KV_INT8;
-            const uint32_t pc[10] = {(uint32_t)groups[g].r0, (uint32_t)groups[g].n, kd, vd, k_at,
-                                     k_at + (uint32_t)kv->k_words, (uint32_t)kv->mode,
-                                     (uint32_t)cf->n_head_kv, (uint32_t)cf->head_dim_k,
-                                     (uint32_t)cf->head_dim_v};
-            const VkBuffer b[N_BIND] = {0, fw->in.buf, fw->k.buf, fw->v.buf, 0, 0, kv->b.buf, 0};
-            const uint32_t inv = i8 ? (uint32_t)groups[g].n * 2u * (uint32_t)cf->n_head_kv
-                                    : (uint32_t)groups[g].n * (kd + vd) / 2;
-            dispatch(&r, P_KVSTORE, b, pc, sizeof pc, (inv + 63) / 64);
+            const grp *G = &groups[g];
+            staged[g] = G->n > 1 && G->kv->rows[il] < G->kv->max_seq - G->n_prefix;
+            rec_kvstore(&r, cf, G, il, staged[g]);
         }
         for (int32_t g = 0; g < n_groups; g++) {
-            const gt_dev_kv *kv = groups[g].kv;
-            const uint32_t k_at = (uint32_t)((uint64_t)il * kv->layer_words);
-            struct { uint32_t row0, n_head, n_head_kv, hk, hv, k_at, v_at, mode, s_stride; float scale; } pc = {
-                (uint32_t)groups[g].r0, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv,
-                (uint32_t)cf->head_dim_k, (uint32_t)cf->head_dim_v, k_at,
-                k_at + (uint32_t)kv->k_words, (uint32_t)kv->mode, (uint32_t)fw->cap_ctx,
-                cf->attn_scale};
-            const VkBuffer b[N_BIND] = {0, fw->in.buf, fw->q.buf, fw->att.buf, 0, fw->sc.buf, kv->b.buf, 0};
-            dispatch(&r, P_ATTN, b, &pc, sizeof pc, (uint32_t)groups[g].n * (uint32_t)cf->n_head);
+            r.disjoint = g > 0; /* after the first: each session's own rows of att and scores */
+            rec_attn(&r, cf, &groups[g], il, R->window,
+                     staged[g] ? (uint32_t)rows[groups[g].r0].pos : UINT32_MAX);
         }
-        rec_matvec(&r, &w[W_O], fw->att.buf, fw->x.buf, N, true); /* x += o */
-        rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, (2u * (uint32_t)il + 1u) * d, 0, cf->eps);
+        r.disjoint = false;
+        for (int32_t g = 0; g < n_groups; g++)
+            if (staged[g]) rec_kvstore(&r, cf, &groups[g], il, false);
+        rec_residual(&r, &w[W_O], fw->att.buf, N, R->post_attn, cf->eps);
+        /* gate and up as one product when they lie back to back (GGUF's order), the SiLU inside
+         * the down product, the FFN norm inside gate/up's (decode-size steps, no post-norm);
+         * else norm, gate, up, act.comp, down */
+        const wref *wg = &w[W_GATE], *wu = &w[W_UP], *wdn = &w[W_DOWN];
+        const bool fuse_ffn = cf->act == GT_ACT_SILU && R->post_ffn == NO_NORM &&
+                              wg->buf == wu->buf && wg->type == wu->type && wg->n_in == wu->n_in &&
+                              wg->n_out == wu->n_out && act_fmt(wg->type) >= 0 &&
+                              act_fmt(wdn->type) >= 0 && selfq_fits(wdn->n_in, N) &&
+                              selfq_fits(d, N) && fw->n_norm < (1u << 24) &&
+                              (uint64_t)wu->off == (uint64_t)wg->off + (uint64_t)wg->n_out * wg->row_bytes;
+        if (fuse_ffn) {
+            wref gu = *wg;
+            gu.n_out = gu.ldy = 2 * wg->n_out;
+            rec_mv_fused(&r, &gu, fw->x.buf, fw->gate.buf, N, MV_NORM, R->ffn_norm, 0, 0);
+            rec_mv_fused(&r, wdn, fw->gate.buf, fw->x.buf, N, MV_ACC | MV_GATED, 0, 0, 0); /* x += ffn */
+            continue;
+        }
+        rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);
         rec_matvec(&r, &w[W_GATE], fw->xn.buf, fw->gate.buf, N, false);
         rec_matvec(&r, &w[W_UP], fw->xn.buf, fw->up.buf, N, false);
         {
-            const uint32_t pc[1] = {N * nff};
+            const uint32_t pc[2] = {N * nff, cf->act == GT_ACT_GELU_TANH};
             const VkBuffer b[N_BIND] = {0, 0, fw->up.buf, fw->gate.buf, 0, 0, 0, 0};
             dispatch(&r, P_ACT, b, pc, sizeof pc, (N * nff + 63) / 64);
         }
-        rec_matvec(&r, &w[W_DOWN], fw->gate.buf, fw->x.buf, N, true); /* x += ffn */
+        rec_residual(&r, &w[W_DOWN], fw->gate.buf, N, R->post_ffn, cf->eps);
     }
     if (n_lg > 0) {
-        rec_norm(&r, fw->x.buf, fw->xn.buf, (uint32_t)n_lg, d, 2u * (uint32_t)cf->n_layer * d,
-                 gather_at, cf->eps);
-        rec_matvec(&r, &fw->out, fw->xn.buf, fw->lg.buf, (uint32_t)n_lg, false);
+        rec_norm(&r, fw->x.buf, fw->xn.buf, (uint32_t)n_lg, d, fw->out_norm, gather_at, cf->eps,
+                 false);
+        for (int32_t i = 0; i < fw->n_out; i++) /* the output's parts: rows row0.. of y */
+            rec_matvec(&r, &fw->out[i], fw->xn.buf, fw->lg.buf, (uint32_t)n_lg, false);
     }
-    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-                                .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
-    c->f.CmdPipelineBarrier(fw->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                            VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
-    if (c->f.EndCommandBuffer(fw->cb) != VK_SUCCESS || r.failed)
-        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: recording the step failed");
+    if (n_lg > 0) { /* the logits into host-cached memory */
+        cmd *e = plan_next(&r);
+        if (e) {
+            e->kind = CMD_COPY_LOGITS;
+            e->pc[0] = (uint32_t)((uint64_t)n_lg * (uint64_t)cf->n_vocab * sizeof(float));
+        }
+    }
+    if (r.failed) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: out of memory (a step's plan)");
+    /* the recorded command buffer again when the plan is the last one's, else a new recording */
+    const uint64_t t_rec = now_ns();
+    const bool same = fw->cb_valid && fw->n_last == r.n &&
+                      memcmp(fw->last, fw->plan, r.n * sizeof *fw->plan) == 0;
+    if (!same) {
+        fw->cb_valid = false;
+        if (fw->n_ds + r.n > fw->ds_cap) { /* room for every set of this pass */
+            forget_recordings(vm);
+            if (r.n > fw->ds_cap && (st = make_dpool(vm, 2 * r.n, err))) return st;
+        }
+        if (!record(c, fw, r.n))
+            return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: recording the step failed");
+        cmd *keep = realloc(fw->last, (r.n ? r.n : 1) * sizeof *keep);
+        if (keep) {
+            memcpy(keep, fw->plan, r.n * sizeof *keep);
+            fw->last = keep;
+            fw->n_last = r.n;
+            fw->cb_valid = true;
+        }
+        fw->stats.recorded++;
+    }
+    for (uint32_t i = 0; i < r.n; i++) {
+        fw->stats.dispatches += fw->plan[i].kind == CMD_DISPATCH;
+        fw->stats.barriers += fw->plan[i].barrier;
+    }
+    const uint64_t t_sub = now_ns();
     const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
                              .pCommandBuffers = &fw->cb};
     VkResult vr = c->f.ResetFences(c->dev, 1, &fw->fence);
@@ -735,13 +1207,33 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         pthread_mutex_unlock(&c->queue_lock);
     }
     if (vr == VK_SUCCESS) vr = c->f.WaitForFences(c->dev, 1, &fw->fence, VK_TRUE, UINT64_MAX);
-    if (vr != VK_SUCCESS)
+    if (vr != VK_SUCCESS) {
+        fw->cb_valid = false;
         return gt_fail(err, vr == VK_ERROR_DEVICE_LOST ? GEIST_ERR_INTERNAL : GEIST_ERR_OUT_OF_MEMORY,
                        "vulkan: the step failed on the device (%d)", (int)vr);
+    }
+    const uint64_t t_done = now_ns();
     const size_t nv = (size_t)cf->n_vocab;
-    const float *lg = fw->lg.map;
+    const float *lg = fw->lgh.map;
     for (int32_t t = 0, k = 0; t < n; t++)
         if (rows[t].logits) memcpy(rows[t].logits, lg + (size_t)k++ * nv, nv * sizeof(float));
+    const uint64_t t_end = now_ns();
+    gt_dev_stats *stt = &fw->stats;
+    if (fw->qp) {
+        uint64_t ts[2];
+        if (c->f.GetQueryPoolResults(c->dev, fw->qp, 0, 2, sizeof ts, ts, sizeof ts[0],
+                                     VK_QUERY_RESULT_64_BIT) == VK_SUCCESS) {
+            stt->gpu_ns += (uint64_t)((double)((ts[1] - ts[0]) & fw->ts_mask) * fw->ts_ns);
+            stt->gpu_timed++;
+        }
+    }
+    stt->passes++;
+    stt->rows += (uint64_t)n;
+    stt->logit_rows += (uint64_t)n_lg;
+    stt->plan_ns += t_rec - t_plan;
+    stt->record_ns += t_sub - t_rec;
+    stt->wait_ns += t_done - t_sub;
+    stt->readback_ns += t_end - t_done;
     return GEIST_OK;
 }
 
@@ -753,4 +1245,12 @@ geist_status gt_vk_forward(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, g
         st = run_pass(vm, rows + done, n - done < MAX_ROWS ? n - done : MAX_ROWS, err);
     pthread_mutex_unlock(&vm->fwd->lock);
     return st;
+}
+
+void gt_vk_stats(gt_vk_model *vm, gt_dev_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!vm->fwd) return;
+    pthread_mutex_lock(&vm->fwd->lock);
+    *out = vm->fwd->stats;
+    pthread_mutex_unlock(&vm->fwd->lock);
 }

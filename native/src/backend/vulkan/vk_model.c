@@ -20,12 +20,17 @@ static int cmp_off(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* chunks of [lo, hi) span offsets, each <= max bytes (after aligning its start down by align) */
+/* chunks of [lo, hi) span offsets, each <= max bytes (after aligning its start down by align); a
+ * tensor larger than that (a 262k-row embedding table on lavapipe's 128 MiB) in chunks of whole
+ * rows, which the forward pass reads as parts (vk_forward.c's wref_parts) */
 static geist_status plan_chunks(const gguf_file *g, uint64_t max, uint64_t align,
                                 gt_vk_chunk **out, int32_t *n_out, gt_err *err) {
     const size_t n = (size_t)g->n_tensors;
+    size_t cap = n ? n : 1;
+    for (size_t i = 0; i < n; i++) /* room for the pieces of large tensors */
+        if (g->tensors[i].nbytes + align > max) cap += (size_t)(g->tensors[i].nbytes / (max / 2)) + 1;
     const gguf_tensor **t = malloc((n ? n : 1) * sizeof *t);
-    gt_vk_chunk *ch = calloc(n ? n : 1, sizeof *ch);
+    gt_vk_chunk *ch = calloc(cap, sizeof *ch);
     if (!t || !ch) {
         free(t);
         free(ch);
@@ -37,6 +42,23 @@ static geist_status plan_chunks(const gguf_file *g, uint64_t max, uint64_t align
     uint64_t start = 0;
     for (size_t i = 0; i < n; i++) {
         const uint64_t lo = g->data_offset + t[i]->offset, hi = lo + t[i]->nbytes;
+        const uint64_t n_rows = t[i]->ne[0] ? t[i]->nelements / t[i]->ne[0] : 0;
+        const uint64_t row = n_rows ? t[i]->nbytes / n_rows : 0;
+        if (hi - align_down(lo, align) > max && row > 0 && row * n_rows == t[i]->nbytes &&
+            row + 2 * align <= max / 2) {
+            /* whole rows per chunk, each chunk its own (its start aligned down) */
+            const uint64_t per = (max - align) / row;
+            for (uint64_t r0 = 0; r0 < n_rows; r0 += per) {
+                const uint64_t a = lo + r0 * row;
+                const uint64_t b = r0 + per < n_rows ? a + per * row : hi;
+                k++;
+                start = align_down(a, align);
+                ch[k].src_off = start;
+                ch[k].size = b - start;
+            }
+            start = UINT64_MAX; /* the next tensor opens a chunk */
+            continue;
+        }
         if (hi - align_down(lo, align) > max) {
             const geist_status st = gt_fail(err, GEIST_ERR_UNSUPPORTED,
                     "vulkan: tensor '%.*s' (%llu bytes) exceeds the device's largest storage "
@@ -46,7 +68,7 @@ static geist_status plan_chunks(const gguf_file *g, uint64_t max, uint64_t align
             free(ch);
             return st;
         }
-        if (k < 0 || hi - start > max) {
+        if (k < 0 || start == UINT64_MAX || hi - start > max) {
             k++;
             start = align_down(lo, align);
             ch[k].src_off = start;

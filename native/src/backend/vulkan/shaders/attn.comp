@@ -1,9 +1,17 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // Causal attention of one session's rows [row0, row0 + n) over its cache: one workgroup per
-// (row, query head): scores over positions 0..pos into S (scratch), softmax (scaled; max; exp;
-// sum), then the weighted sum of V rows. GQA: query head h reads KV head h / (n_head / n_head_kv).
+// (row, query head): scores over the positions the row sees into S (scratch), softmax (scaled;
+// max; exp; sum), then the weighted sum of V rows. GQA: query head h reads KV head h / (n_head /
+// n_head_kv). The positions a row at `pos` sees: first..pos, first = pos + 1 - window on a
+// sliding-window layer (window > 0), else 0. Where position q lives (session/kv.c's segments):
+// below n_prefix in the shared prefix's cache (binding 0, its own mode, slot q % prows); from
+// stage_pos0 on in the session's stage (this pass's rows, K/V written there before a ring layer
+// attends: the ring's slots may still hold positions earlier rows see), slot stage_row0 +
+// q - stage_pos0; else in the session's cache, slot (q - n_prefix) % rows (a ring on sliding
+// layers; rows >= every position elsewhere).
 layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer PKVb { uint PKV[]; };
 layout(std430, binding = 1) readonly buffer Inb { uint IN[]; };
 layout(std430, binding = 2) readonly buffer Qb { float Q[]; };
 layout(std430, binding = 3) writeonly buffer Ob { float O[]; };
@@ -12,64 +20,88 @@ layout(std430, binding = 6) readonly buffer KVb { uint KV[]; };
 layout(push_constant) uniform P {
     uint row0, n_head, n_head_kv, hk, hv, k_at, v_at, mode, s_stride;
     float scale;
+    uint window, n_prefix, rows, stage_pos0, stage_row0, sk_at, sv_at, pmode, pk_at, pv_at, prows;
 } p;
 shared float red[64];
+// The row's scores / weights in shared memory when they fit (SH_MAX positions), else in S: the
+// same values either way; the output loop's weights then come without a global load each.
+#define SH_MAX 4096u
+shared float ssh[SH_MAX];
+bool use_sh;
+uint sbase;
+float sget(uint j) { return use_sh ? ssh[j] : S[sbase + j]; }
+void sset(uint j, float v) {
+    if (use_sh) ssh[j] = v;
+    else S[sbase + j] = v;
+}
 #include "vexp.glsl"
-float kv_at(uint word0, uint i) {
-    if (p.mode == 1u) return unpackHalf2x16(KV[word0 + (i >> 1)])[i & 1u];
-    return uintBitsToFloat(KV[word0 + i]);
+// a 32-bit word of the session's cache (own or stage) or of the prefix's
+uint word(bool pre, uint i) { return pre ? PKV[i] : KV[i]; }
+// element i of an F32 (mode 0) or F16 (mode 1) row of values
+float elem(bool pre, uint mode, uint word0, uint i) {
+    if (mode == 1u) return unpackHalf2x16(word(pre, word0 + (i >> 1)))[i & 1u];
+    return uintBitsToFloat(word(pre, word0 + i));
+}
+int code8(bool pre, uint word0, uint i) { // INT8 code i after a row's scale word
+    return int(word(pre, word0 + 1u + (i >> 2)) << (24u - 8u * (i & 3u))) >> 24;
+}
+// where position q lives: the prefix's cache?, its mode, the K and V words, its slot
+struct Loc { bool pre; uint mode, k, v, slot; };
+Loc loc(uint q) {
+    if (q < p.n_prefix) return Loc(true, p.pmode, p.pk_at, p.pv_at, q % p.prows);
+    if (q >= p.stage_pos0) return Loc(false, p.mode, p.sk_at, p.sv_at, p.stage_row0 + (q - p.stage_pos0));
+    return Loc(false, p.mode, p.k_at, p.v_at, (q - p.n_prefix) % p.rows);
 }
 // session/kv.c's arithmetic on the plain path: q.k in 8 lanes reduced as reduce8, then the tail;
 // INT8 caches (mode 2): per row and KV head an f32 scale and int8 codes, q.k summed in channel
-// order then scaled, as kv.c. F16 caches: softmax_f16_plain (e^x by gt_vexp1, the sum in 8
-// lanes by position); F32 and INT8: e^x by
-// exp and the same lanes (kv.c sums in double there: rounding apart); out += w * v in position
-// order; no fused multiply-adds anywhere.
+// order then scaled, as kv.c. All-F16 segments: softmax_f16_plain (e^x by gt_vexp1, the sum in 8
+// lanes by position); else e^x by exp and the same lanes (kv.c: expf, the sum in double:
+// rounding apart); out += w * v in position order; no fused multiply-adds anywhere.
+float score(Loc l, uint g, uint qb) {
+    if (l.mode == 2u) { // INT8: one sum in channel order, times the row's scale (kv.c)
+        uint r0 = l.k + l.slot * (p.n_head_kv * (1u + p.hk / 4u)) + g * (1u + p.hk / 4u);
+        precise float acc = 0.0;
+        for (uint i = 0u; i < p.hk; i++) {
+            precise float pr = Q[qb + i] * float(code8(l.pre, r0, i));
+            acc = acc + pr;
+        }
+        precise float dt = acc * uintBitsToFloat(word(l.pre, r0));
+        return dt;
+    }
+    uint ro = l.slot * p.n_head_kv * p.hk + g * p.hk;
+    uint n8 = p.hk / 8u * 8u;
+    float a[8];
+    for (uint k = 0u; k < 8u; k++) a[k] = 0.0;
+    for (uint i = 0u; i < n8; i += 8u)
+        for (uint k = 0u; k < 8u; k++) {
+            precise float pr = Q[qb + i + k] * elem(l.pre, l.mode, l.k, ro + i + k);
+            precise float sm = a[k] + pr;
+            a[k] = sm;
+        }
+    precise float t0 = a[0] + a[4], t1 = a[1] + a[5], t2 = a[2] + a[6], t3 = a[3] + a[7];
+    precise float s = (t0 + t2) + (t1 + t3);
+    for (uint i = n8; i < p.hk; i++) {
+        precise float pr = Q[qb + i] * elem(l.pre, l.mode, l.k, ro + i);
+        s = s + pr;
+    }
+    return s;
+}
 void main() {
     uint t = p.row0 + gl_WorkGroupID.x / p.n_head, h = gl_WorkGroupID.x % p.n_head;
     uint lid = gl_LocalInvocationID.x;
     uint pos = IN[4u * t + 1u];
-    uint n_ctx = pos + 1u;
+    uint first = p.window > 0u && pos + 1u > p.window ? pos + 1u - p.window : 0u;
+    uint n_ctx = pos - first + 1u;
     uint g = h / (p.n_head / p.n_head_kv);
-    uint kd = p.n_head_kv * p.hk, vd = p.n_head_kv * p.hv;
     uint qb = (t * p.n_head + h) * p.hk;
-    uint sb = gl_WorkGroupID.x * p.s_stride;
+    uint sb = (p.row0 * p.n_head + gl_WorkGroupID.x) * p.s_stride; // the row's own scores: sessions
+    // of one step may run at once (vk_forward.c puts no barrier between their dispatches)
+    use_sh = n_ctx <= SH_MAX;
+    sbase = sb;
     float mx = -1.0 / 0.0;
-    uint n8 = p.hk / 8u * 8u;
-    uint kw8 = p.n_head_kv * (1u + p.hk / 4u), vw8 = p.n_head_kv * (1u + p.hv / 4u);
     for (uint j = lid; j < n_ctx; j += 64u) {
-        if (p.mode == 2u) { // INT8: one sum in channel order, times the row's scale (kv.c)
-            uint r0 = p.k_at + j * kw8 + g * (1u + p.hk / 4u);
-            precise float acc = 0.0;
-            for (uint i = 0u; i < p.hk; i++) {
-                int cd = int(KV[r0 + 1u + (i >> 2)] << (24u - 8u * (i & 3u))) >> 24;
-                precise float pr = Q[qb + i] * float(cd);
-                acc = acc + pr;
-            }
-            precise float dt = acc * uintBitsToFloat(KV[r0]);
-            precise float sc8 = dt * p.scale;
-            S[sb + j] = sc8;
-            mx = max(mx, sc8);
-            continue;
-        }
-        uint kb = p.k_at;
-        uint ro = j * kd + g * p.hk;
-        float l[8];
-        for (uint k = 0u; k < 8u; k++) l[k] = 0.0;
-        for (uint i = 0u; i < n8; i += 8u)
-            for (uint k = 0u; k < 8u; k++) {
-                precise float pr = Q[qb + i + k] * kv_at(kb, ro + i + k);
-                precise float sm = l[k] + pr;
-                l[k] = sm;
-            }
-        precise float t0 = l[0] + l[4], t1 = l[1] + l[5], t2 = l[2] + l[6], t3 = l[3] + l[7];
-        precise float s = (t0 + t2) + (t1 + t3);
-        for (uint i = n8; i < p.hk; i++) {
-            precise float pr = Q[qb + i] * kv_at(kb, ro + i);
-            s = s + pr;
-        }
-        precise float sc = s * p.scale;
-        S[sb + j] = sc;
+        precise float sc = score(loc(first + j), g, qb) * p.scale;
+        sset(j, sc);
         mx = max(mx, sc);
     }
     red[lid] = mx;
@@ -81,12 +113,19 @@ void main() {
     mx = red[0];
     memoryBarrierBuffer();
     barrier();
-    if (lid < 8u) { // lane lid: positions lid, lid + 8, ... in order
+    // kv.c: softmax_f16_plain when every segment the row reads is F16
+    bool f16 = p.mode == 1u && (first >= p.n_prefix || p.pmode == 1u);
+    for (uint j = lid; j < n_ctx; j += 64u) { // every lane's exponentials, then 8 lanes' sums
+        precise float x = sget(j) - mx;
+        float e = f16 ? vexp1(x) : exp(x);
+        sset(j, e);
+    }
+    memoryBarrierBuffer();
+    barrier();
+    if (lid < 8u) { // lane lid: positions first + lid, first + lid + 8, ... in order
         precise float sum = 0.0;
         for (uint j = lid; j < n_ctx; j += 8u) {
-            precise float x = S[sb + j] - mx;
-            float e = p.mode == 1u ? vexp1(x) : exp(x);
-            S[sb + j] = e;
+            float e = sget(j);
             sum = sum + e;
         }
         red[lid] = sum;
@@ -97,22 +136,18 @@ void main() {
     float inv = fdiv_rn(1.0, tot);
     for (uint i = lid; i < p.hv; i += 64u) {
         precise float o = 0.0;
-        if (p.mode == 2u) {
-            for (uint j = 0u; j < n_ctx; j++) {
-                uint r0 = p.v_at + j * vw8 + g * (1u + p.hv / 4u);
-                precise float w = S[sb + j] * inv;
-                precise float ws = w * uintBitsToFloat(KV[r0]);
-                int cd = int(KV[r0 + 1u + (i >> 2)] << (24u - 8u * (i & 3u))) >> 24;
-                precise float pr = ws * float(cd);
+        for (uint j = 0u; j < n_ctx; j++) {
+            Loc l = loc(first + j);
+            precise float w = sget(j) * inv;
+            if (l.mode == 2u) {
+                uint r0 = l.v + l.slot * (p.n_head_kv * (1u + p.hv / 4u)) + g * (1u + p.hv / 4u);
+                precise float ws = w * uintBitsToFloat(word(l.pre, r0));
+                precise float pr = ws * float(code8(l.pre, r0, i));
+                o = o + pr;
+            } else {
+                precise float pr = w * elem(l.pre, l.mode, l.v, l.slot * p.n_head_kv * p.hv + g * p.hv + i);
                 o = o + pr;
             }
-            O[(t * p.n_head + h) * p.hv + i] = o;
-            continue;
-        }
-        for (uint j = 0u; j < n_ctx; j++) {
-            precise float w = S[sb + j] * inv;
-            precise float pr = w * kv_at(p.v_at, j * vd + g * p.hv + i);
-            o = o + pr;
         }
         O[(t * p.n_head + h) * p.hv + i] = o;
     }

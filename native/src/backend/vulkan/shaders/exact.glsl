@@ -35,15 +35,35 @@ float fma_rn(float a, float b, float c) {
     precise float r = s.x + t;
     return r;
 }
-// a / b correctly rounded for normal operands: two residual steps (Markstein) on the driver's
-// reciprocal, the residuals exact
+// 2^k for -126 <= k <= 127, exactly
+float pow2i(int k) { return uintBitsToFloat(uint(k + 127) << 23); }
+// a / b correctly rounded for normal operands and a normal quotient: both scaled into [1, 2) by
+// powers of two (exact; unscaled, a huge b overflowed two_prod's split into NaN: Gemma 3's GELU
+// divides by 1 + e^88), two residual steps (Markstein) on the driver's reciprocal, the residuals
+// exact, the quotient scaled back (exact). Zeros, infinities, NaNs and subnormals: the driver's.
 float fdiv_rn(float a, float b) {
-    precise float r = 1.0 / b;
-    precise float q = a * r;
+    int ea = int((floatBitsToUint(a) >> 23) & 255u), eb = int((floatBitsToUint(b) >> 23) & 255u);
+    if (ea == 0 || eb == 0 || ea == 255 || eb == 255) {
+        precise float d = a / b;
+        return d;
+    }
+    precise float sa = a * pow2i(127 - ea);
+    precise float sb = b * pow2i(127 - eb);
+    precise float r = 1.0 / sb;
+    precise float q = sa * r;
     for (int i = 0; i < 2; i++) {
-        float e = fma_rn(-q, b, a);
+        float e = fma_rn(-q, sb, sa);
         q = fma_rn(e, r, q);
     }
-    return q;
+    int k = ea - eb; // q in (0.5, 2): q 2^k, in two steps where 2^k is not a normal float
+    if (k > 127) {
+        q = q * pow2i(127);
+        k -= 127;
+    } else if (k < -126) {
+        q = q * pow2i(-126);
+        k += 126;
+    }
+    precise float res = q * pow2i(k < -126 ? -126 : k);
+    return res;
 }
 #endif
