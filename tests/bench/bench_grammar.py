@@ -77,15 +77,37 @@ def decode_tps(m: geist.Model, schema: dict | None, n: int) -> float:
     return (len(r.ids) - 1) / dt if dt > 0 and len(r.ids) > 1 else 0.0
 
 
+LONG_SCHEMA = {"type": "object", "properties": {"items": {"type": "array", "items": {
+    "type": "string", "maxLength": 24}, "maxItems": 40}}, "required": ["items"]}
+
+
+def decode_only(eng: geist.Engine, rounds: int, n: int) -> int:
+    smol = geist.Model.load(models.smollm2_path(), engine=eng)
+    decode_tps(smol, LONG_SCHEMA, 8)  # warm the grammar's caches and the model
+    us, cs = [], []
+    for _ in range(rounds):  # alternating, so drift hits both alike
+        us.append(decode_tps(smol, None, n))
+        cs.append(decode_tps(smol, LONG_SCHEMA, n))
+    u, c = float(np.median(us)), float(np.median(cs))
+    print(f"smollm2 decode, medians of {rounds}: unconstrained {u:.1f} tok/s, JSON schema "
+          f"{c:.1f} tok/s ({100 * c / u if u else 0:.0f}%); load average after "
+          f"{os.getloadavg()[0]:.2f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seqs", type=int, default=5, help="sequences per grammar")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--decode-tokens", type=int, default=96)
+    ap.add_argument("--decode-rounds", type=int, default=0,
+                    help="only part 3: this many alternating rounds, medians (quiet machine)")
     ns = ap.parse_args()
     print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
           f"{os.getloadavg()[2]:.2f} (the numbers need a quiet machine)")
     eng = geist.Engine(n_threads=1)
+    if ns.decode_rounds:
+        return decode_only(eng, ns.decode_rounds, ns.decode_tokens)
     gemma = geist.Model.load(models.gemma3_path(), engine=eng)
     t = time.perf_counter()
     check(lib.geist_grammar_check(gemma._require(), b'root ::= "x"\n', 1))
@@ -107,8 +129,7 @@ def main() -> int:
     warm = mask_times(gemma, ns.seqs, ns.steps)
     print("gemma3 warm  " + stats(warm))
     smol = geist.Model.load(models.smollm2_path(), engine=eng)
-    long_schema = {"type": "object", "properties": {"items": {"type": "array", "items": {
-        "type": "string", "maxLength": 24}, "maxItems": 40}}, "required": ["items"]}
+    long_schema = LONG_SCHEMA
     decode_tps(smol, long_schema, 8)  # warm the grammar's caches and the model
     u = decode_tps(smol, None, ns.decode_tokens)
     c = decode_tps(smol, long_schema, ns.decode_tokens)
