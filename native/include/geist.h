@@ -533,10 +533,11 @@ typedef enum geist_grammar_kind {
 
 /* Compiles a grammar or schema without generating, to report errors early (a front end's
  * validation). model may be NULL (syntax and limits only; a model also builds its vocabulary
- * cache and caches the compiled grammar for later requests). A compile with a model precomputes
+ * cache and caches the compiled grammar for later requests). A check with a model also precomputes
  * the grammar's token classes (Gemma 3's 262k vocabulary: about 25 ms for an NPC's action
- * schema), on the calling thread; geist_submit compiles a request's new grammar the same way,
- * so a game may call this at load (or on a worker thread) to keep it off a frame. Errors: GEIST_ERR_INVALID_ARGUMENT
+ * schema) on the calling thread; geist_submit only compiles the rules (the token classes follow
+ * on the runtime's thread, before the request's first mask), so a game may call this at load to
+ * have even that done before the first reply. Errors: GEIST_ERR_INVALID_ARGUMENT
  * with a message (geist_last_error) naming the line/column or schema path and the problem. */
 GEIST_API geist_status geist_grammar_check(geist_model *model, const char *text, int32_t kind);
 

@@ -14,6 +14,7 @@ geist_status geist_grammar_check(geist_model *model, const char *text, int32_t k
     } else if (model && model->grammar_cache) {
         gt_grammar *g = NULL;
         st = gt_grammar_get(model->grammar_cache, text, strlen(text), kind, &g, &err);
+        gt_grammar_prepare(g); /* a front end's early compile pays the token classes too */
         gt_grammar_release(g);
     } else {
         st = gt_grammar_check(text, strlen(text), kind, &err);

@@ -77,6 +77,10 @@ void gt_grammar_release(gt_grammar *g);
 int32_t gt_grammar_n_vocab(const gt_grammar *g);
 
 /* A per-request matcher at the grammar's start. */
+/* Precomputes the grammar's token classes now (once; otherwise its first matcher does, on the
+ * thread that runs it: the runtime's scheduler for requests). Failures only leave more for the
+ * first masks. */
+void gt_grammar_prepare(gt_grammar *g);
 geist_status gt_matcher_create(gt_grammar *g, gt_matcher **out, gt_err *err);
 void gt_matcher_free(gt_matcher *m);
 /* Writes the allowed tokens as a bitmask: bit (id % 32) of bits[id / 32], (n_vocab + 31) / 32

@@ -100,6 +100,7 @@ struct gt_grammar {
     uint32_t *memo_s;
     uint32_t memo_cap, memo_gen;
     uint64_t walk_work; /* trie nodes visited by token-class walks */
+    bool prepared;      /* precompute() ran (under lock) */
     gt_grammar *next; /* in the cache's list */
 };
 
@@ -1022,9 +1023,22 @@ static geist_status grammar_new(gt_grammar_cache *c, const char *text, size_t le
     }
     memcpy(g->text, text, len);
     g->text[len] = '\0';
-    precompute(g);
-    *out = g;
+    *out = g; /* its token classes: at the first matcher (the runtime's thread), or prepare */
     return GEIST_OK;
+}
+
+/* precompute() once, under the grammar's lock (held) */
+static void prepare_locked(gt_grammar *g) {
+    if (g->prepared) return;
+    g->prepared = true;
+    precompute(g);
+}
+
+void gt_grammar_prepare(gt_grammar *g) {
+    if (!g) return;
+    pthread_mutex_lock(&g->lock);
+    prepare_locked(g);
+    pthread_mutex_unlock(&g->lock);
 }
 
 geist_status gt_grammar_get(gt_grammar_cache *c, const char *text, size_t len, int32_t kind,
@@ -1143,6 +1157,7 @@ geist_status gt_matcher_create(gt_grammar *g, gt_matcher **out, gt_err *err) {
     m->g = g;
     const gt_rules *R = g->R;
     pthread_mutex_lock(&g->lock);
+    prepare_locked(g);
     gt_tables *T = &g->T;
     geist_status st = GEIST_OK;
     if ((T->n_nodes > NODES_SOFT || T->n_sets > SETS_SOFT) && !tables_reset(T))
