@@ -6,6 +6,9 @@
 # BIN: the fuzz binaries (default build/fuzz, from `scons variant=fuzz`); WORK: where corpora,
 # logs and crashes go (default build/fuzz/multicore). Prints executions per target (the sum over
 # its jobs), the last coverage line and the artifacts (crash-*, slow-unit-*) found.
+# TOKENIZERS: the tokenize target's two models (default the fixtures; a campaign against the
+# real tokenizers passes "--model=SMOLLM2.gguf --model2=GEMMA3.gguf": the real files, or the GPU
+# kit's same-tokenizer stand-ins, tests/bench/gpu/standin.py).
 # Session 6 ran this on a 16-core H200 host (binaries built here, stripped, carried there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +27,8 @@ run() {
 }
 run gguf "${NG:-5}"
 run grammar "${NR:-3}" "$M1"
-run tokenize "${NT:-2}" "$M1" "$M2"
+# shellcheck disable=SC2086  # two flags in one variable
+run tokenize "${NT:-2}" ${TOKENIZERS:-"$M1" "$M2"}
 run template "${NP:-2}" "$M1"
 run snapshot "${NS:-2}" "--model=$F/gemma3_q8.gguf"
 run sampler "${NM:-2}"
