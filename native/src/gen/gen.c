@@ -423,21 +423,25 @@ geist_status gt_gen_sample(gt_gen *g, const float *logits, int32_t *out_id, gt_e
         return GEIST_OK;
     }
     if (gt_matcher_fill_mask(m, g->mask, &g->grammar_err) != GEIST_OK) return GEIST_OK;
+    /* the masked row: a word of the mask at a time, whole words (none allowed: every token of a
+     * structural context; all allowed: most of a string's) without looking at single bits */
     const int32_t n = g->model->cfg.n_vocab;
-    int32_t n_allowed = 0;
+    uint32_t any = 0;
     for (int32_t w = 0; w * 32 < n; w++) {
         const uint32_t bits = g->mask[w];
-        const int32_t end = w * 32 + 32 < n ? w * 32 + 32 : n;
+        const int32_t at = w * 32, cnt = at + 32 < n ? 32 : n - at;
+        float *dst = g->masked + at;
+        any |= bits;
         if (bits == 0) {
-            for (int32_t i = w * 32; i < end; i++) g->masked[i] = -INFINITY;
-            continue;
+            for (int32_t i = 0; i < cnt; i++) dst[i] = -INFINITY;
+        } else if (bits == UINT32_MAX) {
+            memcpy(dst, logits + at, (size_t)cnt * sizeof *dst);
+        } else {
+            for (int32_t i = 0; i < cnt; i++) dst[i] = (bits >> i) & 1u ? logits[at + i] : -INFINITY;
         }
-        n_allowed += __builtin_popcount(bits);
-        for (int32_t i = w * 32; i < end; i++)
-            g->masked[i] = (bits >> (i - w * 32)) & 1u ? logits[i] : -INFINITY;
     }
     gt_gen_end_to_call(g, logits, g->masked, (int32_t)left, gt_matcher_min_bytes(m));
-    if (n_allowed == 0) {
+    if (any == 0) {
         gt_fail(&g->grammar_err, GEIST_ERR_INVALID_ARGUMENT, "grammar: no token is allowed here");
         return GEIST_OK;
     }
