@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../grammar/json.h"
+#include "../util/json.h"
 #include "../util/util.h"
 
 /* The marker that starts the call line of a reply. */

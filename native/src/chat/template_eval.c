@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../grammar/json.h"
+#include "../util/json.h"
 #include "template_internal.h"
 
 typedef struct tp_var {
