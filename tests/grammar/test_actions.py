@@ -247,6 +247,28 @@ TOOLS_TEMPLATE = """{%- if tools %}
     {{- '<|im_start|>assistant\\n' }}
 {%- endif %}"""
 
+# A second shape (also written for this test): the list once as indented JSON in the first user
+# turn, names joined through map filters, each parameter walked with items() and `in required`.
+TOOLS_TEMPLATE_2 = """{%- set names = tools | map(attribute='function') | map(attribute='name') %}
+{%- for message in messages %}
+    {{- '<|im_start|>' + message.role + '\\n' }}
+    {%- if loop.index0 == (1 if messages[0].role == 'system' else 0) and tools is defined %}
+        {{- (tools | length) ~ ' tools (' + names | join(', ') + '):\\n' }}
+        {{- tools | tojson(indent=4) + '\\n' }}
+        {%- for tool in tools %}
+            {%- set params = tool.function.parameters %}
+            {%- for name, p in params.properties.items() %}
+                {{- tool.function.name + '.' + name + ': ' + p.type }}
+                {{- ' (required)' if name in params.get('required', []) else '' }}
+                {{- ' one of ' + p.enum | join('/') if p.enum is defined else '' }}
+                {{- '\\n' }}
+            {%- endfor %}
+        {%- endfor %}
+    {%- endif %}
+    {{- message.content + '<|im_end|>\\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"""
+
 # The word "tools" in its text only: it never reads the variable, so it gets the plain format.
 WORD_TEMPLATE = """{%- for message in messages %}
     {{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}
@@ -285,11 +307,12 @@ def render(template: str, messages: list[dict[str, str]], tools: Any = None) -> 
     return env.from_string(template).render(**ctx)
 
 
-def _template_model(tmp_path_factory: pytest.TempPathFactory, template: str) -> geist.Model:
+def _template_model(tmp_path_factory: pytest.TempPathFactory, template: str,
+                    n_ctx: int = 1024) -> geist.Model:
     from geist import testing
 
     path = testing.build_fixture(tmp_path_factory.mktemp("tools") / "llama.gguf", arch="llama",
-                                 weight_type="Q8_0", seed=5, n_ctx=1024, chat_template=template)
+                                 weight_type="Q8_0", seed=5, n_ctx=n_ctx, chat_template=template)
     return geist.Model.load(path)
 
 
@@ -298,23 +321,34 @@ def tools_model(tmp_path_factory: pytest.TempPathFactory) -> geist.Model:
     return _template_model(tmp_path_factory, TOOLS_TEMPLATE)
 
 
+@pytest.fixture(scope="module")
+def tools_model_2(tmp_path_factory: pytest.TempPathFactory) -> geist.Model:
+    return _template_model(tmp_path_factory, TOOLS_TEMPLATE_2, 2048)  # the indented list
+
+
 @pytest.mark.parametrize("choice", ["auto", "required"])
-def test_tools_template_renders_the_actions(tools_model: geist.Model, choice: str) -> None:
+@pytest.mark.parametrize("which", [1, 2])
+def test_tools_template_renders_the_actions(tools_model: geist.Model, tools_model_2: geist.Model,
+                                            which: int, choice: str) -> None:
     """A template that reads `tools` gets the actions through it (transformers' tool list); the
     system message gets only the reply-format line (the reply is the engine's format)."""
+    model, template = (tools_model, TOOLS_TEMPLATE) if which == 1 else (tools_model_2,
+                                                                         TOOLS_TEMPLATE_2)
     talk = [{"role": "system", "content": PERSONA}, {"role": "user", "content": "Hello!"}]
-    s = tools_model.session(max_seq_len=1024)
+    s = model.session(max_seq_len=1024 * which)
     s.chat(talk, max_tokens=0, actions=ACTIONS, action_choice=choice).result()
     want = [{"role": "system", "content": PERSONA + format_line(ACTIONS, choice)}, talk[1]]
-    text = render(TOOLS_TEMPLATE, want, tools_of(ACTIONS))
-    assert '{"type": "function", "function": {"name": "give_item", "description": ' in text
-    assert s.history == tools_model.tokenize(text, parse_special=True)
+    text = render(template, want, tools_of(ACTIONS))
+    seen = ('{"type": "function", "function": {"name": "give_item", "description": ' if which == 1
+            else "give_item.item: string (required) one of sword/shield/potion")
+    assert seen in text
+    assert s.history == model.tokenize(text, parse_special=True)
     # no system message: one holding the format line (without its blank line) comes first
-    s2 = tools_model.session(max_seq_len=1024)
+    s2 = model.session(max_seq_len=1024 * which)
     s2.chat(talk[1:], max_tokens=0, actions=[OPEN], action_choice=choice).result()
     want2 = [{"role": "system", "content": format_line([OPEN], choice).lstrip("\n")}, talk[1]]
-    text2 = render(TOOLS_TEMPLATE, want2, tools_of([OPEN]))
-    assert s2.history == tools_model.tokenize(text2, parse_special=True)
+    text2 = render(template, want2, tools_of([OPEN]))
+    assert s2.history == model.tokenize(text2, parse_special=True)
 
 
 def test_tools_template_reply_keeps_the_engine_format(tools_model: geist.Model) -> None:
