@@ -631,9 +631,16 @@ typedef struct geist_request {
  * (text = the call's JSON) comes right before FINISHED; a call cut short (max_tokens, capacity,
  * cancel) gives no ACTION event.
  *
- * The prompt: with messages, the action list is appended to the first system message (a system
- * message is put first when there is none) in this plain format (neither SmolLM2's nor Gemma 3's
- * chat template has a tool section, so every model gets it):
+ * The prompt, with messages: when the model's chat template reads the variable `tools` (a tool
+ * section, as many templates have), the actions are rendered through it as transformers'
+ * apply_chat_template(tools=...) list, [{"type": "function", "function": {"name",
+ * "description", "parameters"}}, ...], and the first system message gets only the last line of
+ * the plain format below, blank line first (a system message holding it is put first when there
+ * is none); the reply is still the format above, whatever the template's own tool-call syntax
+ * (the grammar holds it). A schema with a number that is not a 64-bit integer cannot go to the
+ * template (its engine has integers only): the plain format then. Otherwise (neither SmolLM2's
+ * nor Gemma 3's template has a tool section) the action list is appended to the first system
+ * message (a system message is put first when there is none) in this plain format:
  *     (blank line)
  *     The game lets you act. Your actions:
  *     - <name>: <description> Arguments: <parameters schema, on one line>
@@ -642,7 +649,7 @@ typedef struct geist_request {
  *     action>","arguments":{...}}
  * (GEIST_ACTION_REQUIRED: "Reply in character in one short line, then act on a second line:
  * ..."). A text prompt gets the same section (without the blank line, then a blank line) before
- * the text; an ids prompt gets nothing (the caller renders it).
+ * the text, whatever the template; an ids prompt gets nothing (the caller renders it).
  *
  * Checked at submit (GEIST_ERR_INVALID_ARGUMENT, nothing queued): names match
  * [A-Za-z_][A-Za-z0-9_]{0,63} and are unique, 1..GEIST_MAX_ACTIONS actions, each parameters

@@ -10,7 +10,7 @@
 
 #include "grammar/grammar.h"
 #include "grammar/grammar_internal.h"
-#include "grammar/json.h"
+#include "util/json.h"
 #include "grammar/json_schema.h"
 
 static int g_failures, g_checks;

@@ -128,6 +128,7 @@ class FixtureSizes:
     rope_scale: float = 0.0  # > 0: rope.scaling.type linear with this factor
     attn_softcap: float = 0.0  # gemma2: written as attn_logit_softcapping when > 0
     final_softcap: float = 0.0  # gemma2: final_logit_softcapping
+    chat_template: str = ""  # "" = the tokenizer's default (ChatML, Phi-3 or Gemma style)
 
 
 def default_sizes(arch: str) -> FixtureSizes:
@@ -403,6 +404,15 @@ def quantize_matrix(data: Array, weight_type: str) -> tuple[Array, GGMLQuantizat
 # --- tokenizers ------------------------------------------------------------------------------
 
 
+def transformers_tojson(x: Any, ensure_ascii: bool = False, indent: int | str | None = None,
+                        separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    """The `tojson` filter Hugging Face transformers installs for chat templates in place of
+    jinja2's (its documented behaviour: json.dumps with these four arguments and defaults), for
+    jinja2 references of the core's template engine (`env.filters["tojson"] = ...`)."""
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
 def gpt2_byte_chars() -> list[str]:
     """The 256 printable stand-ins of byte-level BPE, in byte order 0..255."""
     printable = (
@@ -621,7 +631,7 @@ def build_fixture(
         w.add_pad_token_id(2)
         w.add_add_bos_token(tok == "bpe:llama-bpe")
         w.add_add_space_prefix(False)
-        w.add_chat_template(_CHATML_TEMPLATE)
+        w.add_chat_template(sz.chat_template or _CHATML_TEMPLATE)
     elif tok == "spm":
         tokens, ttypes, scores = _spm_vocab(sz.n_vocab, _LLAMA_SPM_SPECIALS)
         w.add_tokenizer_model("llama")
@@ -635,7 +645,7 @@ def build_fixture(
         w.add_add_bos_token(True)
         w.add_add_eos_token(False)
         w.add_add_space_prefix(True)
-        w.add_chat_template(_PHI3_TEMPLATE)
+        w.add_chat_template(sz.chat_template or _PHI3_TEMPLATE)
     elif tok == "spm-gemma":
         tokens, ttypes, scores = _spm_vocab(sz.n_vocab)
         w.add_tokenizer_model("llama")
@@ -650,7 +660,7 @@ def build_fixture(
         w.add_add_bos_token(True)
         w.add_add_eos_token(False)
         w.add_add_space_prefix(False)
-        w.add_chat_template(_GEMMA_TEMPLATE)
+        w.add_chat_template(sz.chat_template or _GEMMA_TEMPLATE)
     else:
         raise ValueError(f"unknown tokenizer {tok!r}")
 

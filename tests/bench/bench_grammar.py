@@ -9,9 +9,11 @@ machine, one thread).
    what a game sees after the first NPC used a grammar).
 2. Compile time of an action schema (the first request with a new schema; the model's sorted
    vocabulary is built once before, and reported separately).
-3. Decode tokens/s on SmolLM2 with a JSON schema against unconstrained decode.
+3. Decode tokens/s on SmolLM2 with a JSON schema (LONG_SCHEMA) against unconstrained decode of
+   as many tokens (the same KV positions), in alternating rounds, and the grammar's own mask +
+   accept time per token replayed on the constrained replies.
 
-    PYTHONPATH=python .venv/bin/python tests/bench/bench_grammar.py [--seqs 5] [--quick]
+    PYTHONPATH=python .venv/bin/python tests/bench/bench_grammar.py [--seqs 5] [--decode-rounds 5]
 """
 
 from __future__ import annotations
@@ -69,29 +71,79 @@ def stats(xs: list[float]) -> str:
             f"p99 {np.percentile(a, 99):.0f} us, max {a.max():.0f} us")
 
 
-def decode_tps(m: geist.Model, schema: dict | None, n: int) -> float:
-    s = m.session(max_seq_len=512, seed=1)
+def decode_run(m: geist.Model, schema: dict | None, n: int,
+               seed: int) -> tuple[list[int], float, float]:
+    """One request from a fresh session: its tokens, the seconds from its first token event to its
+    finish event, and the process's CPU seconds over the whole request (its prompt's one pass
+    included: the same in both variants). Each token costs one forward pass in the first time:
+    token k's event comes after the pass of token k - 1, and the finish after the last token's
+    own pass (which samples the end token, or puts the last token in the KV when max_tokens
+    ends the reply), so tokens/s is len(ids) / seconds. Counting len - 1 tokens (as this script
+    did before) left one pass in 7 uncounted for a 7-token reply against one in 96 for a
+    96-token one: 13 points off the ratio before any grammar work."""
+    s = m.session(max_seq_len=512, seed=seed)
     kw = {"json_schema": schema} if schema else {}
+    cpu = time.process_time()
     r = s.generate("The blacksmith's inventory:", max_tokens=n, temperature=1.0, **kw).result()
-    dt = r.elapsed_s - (r.first_token_s or 0.0)
-    return (len(r.ids) - 1) / dt if dt > 0 and len(r.ids) > 1 else 0.0
+    cpu = time.process_time() - cpu
+    return list(r.ids), r.elapsed_s - (r.first_token_s or 0.0), cpu
 
 
+# minItems: without it SmolLM2 closes the list at once ('{"items":[]}', 5-8 tokens, at 11 of
+# seeds 1-12), and a reply that short measures the first positions of the KV only, against an
+# unconstrained reply of 96 (later positions cost more attention).
 LONG_SCHEMA = {"type": "object", "properties": {"items": {"type": "array", "items": {
-    "type": "string", "maxLength": 24}, "maxItems": 40}}, "required": ["items"]}
+    "type": "string", "maxLength": 24}, "minItems": 8, "maxItems": 40}}, "required": ["items"]}
+
+
+def grammar_us(m: geist.Model, schema: dict, seqs: list[list[int]]) -> float:
+    """The grammar's own work per token (what the runtime calls per constrained token: the mask,
+    then accept), replayed on the constrained replies' tokens, warm: mean microseconds."""
+    words = np.zeros((m.n_vocab + 31) // 32, dtype=np.uint32)
+    buf = ffi.from_buffer("uint32_t[]", words)
+    text = json.dumps(schema)
+    ts: list[float] = []
+    for ids in seqs:
+        mt = Matcher(m, text, 2)
+        for tok in ids:
+            t = time.perf_counter_ns()
+            check(lib.geist_matcher_mask(mt._ptr, buf, len(words)))
+            mt.accept(tok)
+            ts.append((time.perf_counter_ns() - t) / 1e3)
+    return float(np.mean(ts))
+
+
+def decode_compare(m: geist.Model, rounds: int, n: int) -> None:
+    """Alternating rounds (drift hits both alike), seed r + 1 in round r: the JSON-schema reply,
+    then an unconstrained one of at most as many tokens (the same KV positions); medians. Wall
+    time is the target's measure (a quiet machine); CPU time per token is the one to compare on
+    a shared machine (another process's work then stretches the wall time of either variant)."""
+    decode_run(m, LONG_SCHEMA, 8, 1)  # warm the grammar's caches and the model
+    us, cs, nu, nc, cu, cc, seqs = [], [], [], [], [], [], []
+    for r in range(rounds):
+        ids, dt, cpu = decode_run(m, LONG_SCHEMA, n, r + 1)
+        cs.append(len(ids) / dt)
+        nc.append(len(ids))
+        cc.append(cpu / len(ids))
+        seqs.append(ids)
+        ids, dt, cpu = decode_run(m, None, len(ids), r + 1)
+        us.append(len(ids) / dt)
+        nu.append(len(ids))
+        cu.append(cpu / len(ids))
+    u, c = float(np.median(us)), float(np.median(cs))
+    uc, ccpu = float(np.median(cu)), float(np.median(cc))
+    g = grammar_us(m, LONG_SCHEMA, seqs)
+    print(f"smollm2 decode, medians of {rounds} rounds: unconstrained {u:.1f} tok/s (mean "
+          f"{np.mean(nu):.0f} tokens), JSON schema {c:.1f} tok/s (mean {np.mean(nc):.0f} tokens): "
+          f"{100 * c / u if u else 0:.1f}%")
+    print(f"  CPU per token (the whole request over its tokens): unconstrained {uc * 1e3:.2f} ms, "
+          f"JSON schema {ccpu * 1e3:.2f} ms: tokens/s by CPU time {100 * uc / ccpu:.1f}%")
+    print(f"  the grammar's mask + accept {g:.1f} us a token ({100 * g * 1e-6 / ccpu:.2f}% of a "
+          f"constrained token's CPU time); load average after {os.getloadavg()[0]:.2f}")
 
 
 def decode_only(eng: geist.Engine, rounds: int, n: int) -> int:
-    smol = geist.Model.load(models.smollm2_path(), engine=eng)
-    decode_tps(smol, LONG_SCHEMA, 8)  # warm the grammar's caches and the model
-    us, cs = [], []
-    for _ in range(rounds):  # alternating, so drift hits both alike
-        us.append(decode_tps(smol, None, n))
-        cs.append(decode_tps(smol, LONG_SCHEMA, n))
-    u, c = float(np.median(us)), float(np.median(cs))
-    print(f"smollm2 decode, medians of {rounds}: unconstrained {u:.1f} tok/s, JSON schema "
-          f"{c:.1f} tok/s ({100 * c / u if u else 0:.0f}%); load average after "
-          f"{os.getloadavg()[0]:.2f}")
+    decode_compare(geist.Model.load(models.smollm2_path(), engine=eng), rounds, n)
     return 0
 
 
@@ -128,13 +180,7 @@ def main() -> int:
           f"mean {np.mean(compiles):.1f} ms, max {np.max(compiles):.1f} ms")
     warm = mask_times(gemma, ns.seqs, ns.steps)
     print("gemma3 warm  " + stats(warm))
-    smol = geist.Model.load(models.smollm2_path(), engine=eng)
-    long_schema = LONG_SCHEMA
-    decode_tps(smol, long_schema, 8)  # warm the grammar's caches and the model
-    u = decode_tps(smol, None, ns.decode_tokens)
-    c = decode_tps(smol, long_schema, ns.decode_tokens)
-    print(f"smollm2 decode: unconstrained {u:.1f} tok/s, JSON schema {c:.1f} tok/s "
-          f"({100 * c / u if u else 0:.0f}%)")
+    decode_compare(geist.Model.load(models.smollm2_path(), engine=eng), 3, ns.decode_tokens)
     return 0
 
 

@@ -1,9 +1,13 @@
 /* The chat template engine: arbitrary template text and messages through
  * geist_chat_apply_template with an explicit template (templates come inside model files).
- * Input: byte 0 = flags (bit 0 add_generation_prompt, bit 1 a tiny output buffer), then
- * NUL-separated parts: the template, then role, content, role, content, ...
+ * Input: byte 0 = flags (bit 0 add_generation_prompt, bit 1 a tiny output buffer, bit 2 a
+ * `tools` value), then NUL-separated parts: the template, with bit 2 a JSON text for `tools`
+ * (NPC actions on a template with a tool section: gt_chat_render_tools, the core's own call),
+ * then role, content, role, content, ...
  * The model (--model=PATH) supplies bos/eos tokens and the special-token text. */
+#include "chat/chat.h"    /* gt_chat_render_tools (test code may use the core's internals) */
 #include "fuzz_common.h"
+#include "util/json.h" /* the tools text parsed as the core parses an action's schema */
 
 static geist_model *g_model;
 
@@ -32,7 +36,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         parts[n_parts++] = p;
     geist_chat_message msgs[MAX_MSG];
     size_t n_msgs = 0;
-    for (size_t i = 1; i + 1 < n_parts; i += 2) msgs[n_msgs++] = (geist_chat_message){parts[i], parts[i + 1]};
+    const size_t first = (flags & 4) ? 2 : 1;
+    for (size_t i = first; i + 1 < n_parts; i += 2) msgs[n_msgs++] = (geist_chat_message){parts[i], parts[i + 1]};
+    if (flags & 4) {
+        gt_json *tools = NULL;
+        gt_err e = {0};
+        if (n_parts >= 2 && gt_json_parse(parts[1], strlen(parts[1]), &tools, &e) == GEIST_OK) {
+            char *text = NULL;
+            size_t len = 0;
+            e = (gt_err){0};
+            geist_status st = gt_chat_render_tools(g_model, parts[0], msgs, n_msgs, tools,
+                                                   flags & 1, &text, &len, &e);
+            if (st == GEIST_OK) {
+                FZ_CHECK(text && strlen(text) <= len && text[len] == '\0');
+            } else {
+                FZ_CHECK(!text && e.msg[0]);
+                FZ_CHECK(st == GEIST_ERR_BAD_FORMAT || st == GEIST_ERR_INVALID_ARGUMENT ||
+                         st == GEIST_ERR_OUT_OF_MEMORY || st == GEIST_ERR_CAPACITY ||
+                         st == GEIST_ERR_UNSUPPORTED);
+            }
+            free(text);
+            gt_json_free(tools);
+        }
+        free(copy);
+        return 0;
+    }
     const size_t cap = (flags & 2) ? 3 : 1 << 16;
     char *out = malloc(cap);
     size_t need = 0;

@@ -87,11 +87,39 @@ POPULAR_TEMPLATES = {
 }
 
 
-def template_seed(tmpl: str, msgs: list[tuple[str, str]], gen: bool = True) -> bytes:
-    parts = [tmpl.encode()]
+def template_seed(tmpl: str, msgs: list[tuple[str, str]], gen: bool = True,
+                  tools: str | None = None) -> bytes:
+    parts = [tmpl.encode()] + ([tools.encode()] if tools is not None else [])
     for role, content in msgs:
         parts += [role.encode(), content.encode()]
-    return bytes([1 if gen else 0]) + b"\0".join(parts)
+    return bytes([(1 if gen else 0) | (4 if tools is not None else 0)]) + b"\0".join(parts)
+
+
+# A template with a tool section (written here, of the popular shape: the list in the system
+# turn through tojson) and NPC actions as the core passes them (flag bit 2: `tools`).
+TOOLS_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0].role == 'system' %}"
+    "{{- messages[0].content + '\\n\\n' }}{%- endif %}{{- 'Functions:' }}"
+    "{%- for tool in tools %}{{- '\\n' + tool.function.name + ': ' }}"
+    "{{- tool.function | tojson(indent=4) }}{%- endfor %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}{%- if message.role != 'system' or not tools %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- endif %}"
+)
+TOOLS_JSON = (
+    '[{"type": "function", "function": {"name": "give_item", "description": "Hand over an '
+    'item.", "parameters": {"type": "object", "properties": {"item": {"type": "string", "enum": '
+    '["sword", "shield"]}, "count": {"type": "integer", "minimum": 1, "maximum": 3}}, '
+    '"required": ["item"], "additionalProperties": false}}}, {"type": "function", "function": '
+    '{"name": "open_gate", "description": "", "parameters": {"type": "object", "properties": '
+    '{}}}}]'
+)
+
+
+def tools_seed() -> None:
+    msgs = [("system", "You are Mira, a blacksmith."), ("user", "A sword, please \u00e9!")]
+    put("template", "tools.bin", template_seed(TOOLS_TEMPLATE, msgs, tools=TOOLS_JSON))
 
 
 def template_seeds() -> None:
@@ -111,6 +139,7 @@ def template_seeds() -> None:
         put("template", f"{name}.bin", template_seed(tmpl, msgs, name != "phi3"))
     put("template", "mistral_alternating.bin",
         template_seed(POPULAR_TEMPLATES["mistral"], [("user", "a"), ("assistant", "b")]))
+    tools_seed()
 
 
 def tokenize_seeds() -> None:

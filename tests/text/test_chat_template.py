@@ -1,10 +1,11 @@
 """Chat templates: the native Jinja subset against Python jinja2 on real and real-style templates.
 
-The reference is `jinja2.Environment(trim_blocks=True, lstrip_blocks=True)` (as Hugging Face
-transformers renders chat templates) with the same
-context the core provides: messages, add_generation_prompt, bos_token and eos_token (the texts
-of the model's BOS/EOS tokens, read here independently with gguf.GGUFReader) and a
-raise_exception() global.
+The reference is `jinja2.Environment(trim_blocks=True, lstrip_blocks=True)` with transformers'
+own `tojson` filter (as Hugging Face transformers renders chat templates: `json.dumps` with
+ensure_ascii, indent, separators and sort_keys as arguments, instead of jinja2's HTML-safe one
+that sorts keys) and the same context the core provides: messages, add_generation_prompt,
+bos_token and eos_token (the texts of the model's BOS/EOS tokens, read here independently with
+gguf.GGUFReader) and a raise_exception() global.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import jinja2
 import pytest
 
 import geist
-from geist import chat
+from geist import chat, testing
 from geist._binding import ffi, lib
 
 Message = dict[str, str]
@@ -195,12 +196,18 @@ def _raise_exception(message: str) -> None:
     raise TemplateRaised(message)
 
 
+def jinja_env() -> jinja2.Environment:
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = _raise_exception
+    env.filters["tojson"] = testing.transformers_tojson
+    return env
+
+
 def jinja_render(
     template: str, messages: list[Message], add_generation_prompt: bool, bos: str, eos: str
 ) -> tuple[str, str]:
     """("ok", text) or ("raise", message) as Python jinja2 renders it."""
-    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = _raise_exception
+    env = jinja_env()
     try:
         text = env.from_string(template).render(
             messages=messages,
@@ -362,6 +369,14 @@ FEATURES = [
     "{% for m in messages %}{{ loop.cycle('odd', 'even') }}{{ loop.previtem.role if "
     "loop.previtem is defined else '-' }}{% endfor %}",
     "{{ {'b': 1, 'a': [1, '<x>', none]}|tojson }}{{ 'é'|tojson }}{{ messages[1]|tojson }}",
+    # tojson's arguments (transformers' filter): indentation by count and by string, nested and
+    # empty containers, sorted keys, ASCII escapes (control characters always), separators
+    "{{ {'b': 1, 'a': [1, '<x>', none, {}, []], 'c': {'d': true}}|tojson(indent=2) }}"
+    "{{ [[], [1, [2]]]|tojson(indent='\t') }}{{ [1, {'k': 2}]|tojson(indent=0) }}"
+    "{{ messages[1]|tojson(sort_keys=true) }}{{ {'z': 1, 'a': 2}|tojson(false, none, none, true) }}"
+    "{{ 'é\x01\x7f\n'|tojson(ensure_ascii=true) }}{{ 'é\x01\x7f'|tojson }}"
+    "{{ [1, {'a': 2}]|tojson(separators=(',', ':')) }}"
+    "{{ [1, 2]|tojson(indent=1, separators=('; ', '= ')) }}",
     "{% raw %}{{ not rendered }}{% endraw %}",
     "{{ \"a\" \"b\" 'c' }}{{ '%' }}{{ '{%' }}{{ '}}' }}{{ {'a': '}}'}['a'] }}",
     "{{ 9223372036854775807 }}{{ 2 * 3 ~ 4 }}{{ (1 + 2) * 3 }}{{ -1 + 2 }}",

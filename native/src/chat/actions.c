@@ -1,6 +1,7 @@
 /* NPC actions in the prompt (actions.h). */
 #include "actions.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,26 @@ static void sb_line(sbuf *b, const char *s) {
     for (; *s; s++) sb_put(b, (*s == '\n' || *s == '\r') ? " " : s, 1);
 }
 
+/* The reply-format line: "Reply in character ... <call>{"name":"<first>","arguments":{...}}". */
+static void sb_format(sbuf *b, const geist_action *a, int32_t choice) {
+    sb_str(b, choice == GEIST_ACTION_REQUIRED
+                  ? "Reply in character in one short line, then act on a second line: "
+                  : "Reply in character in one short line. To act, add a second line: ");
+    sb_str(b, GT_ACTION_MARKER "{\"name\":\"");
+    sb_str(b, a[0].name);
+    sb_str(b, "\",\"arguments\":{...}}");
+}
+
+static geist_status sb_finish(sbuf *b, char **out, size_t *len, gt_err *err) {
+    if (b->oom || !b->p) {
+        free(b->p);
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (the actions' prompt)");
+    }
+    *out = b->p;
+    *len = b->n;
+    return GEIST_OK;
+}
+
 geist_status gt_chat_actions_section(const geist_action *a, size_t n, int32_t choice, char **out,
                                      size_t *len, gt_err *err) {
     *out = NULL;
@@ -89,18 +110,85 @@ geist_status gt_chat_actions_section(const geist_action *a, size_t n, int32_t ch
         }
         sb_str(&b, "\n");
     }
-    sb_str(&b, choice == GEIST_ACTION_REQUIRED
-                   ? "Reply in character in one short line, then act on a second line: "
-                   : "Reply in character in one short line. To act, add a second line: ");
-    sb_str(&b, GT_ACTION_MARKER "{\"name\":\"");
-    sb_str(&b, a[0].name);
-    sb_str(&b, "\",\"arguments\":{...}}");
+    sb_format(&b, a, choice);
+    return sb_finish(&b, out, len, err);
+}
+
+geist_status gt_chat_actions_format(const geist_action *a, size_t n, int32_t choice, char **out,
+                                    size_t *len, gt_err *err) {
+    *out = NULL;
+    *len = 0;
+    (void)n;
+    sbuf b = {0};
+    sb_str(&b, "\n\n");
+    sb_format(&b, a, choice);
+    return sb_finish(&b, out, len, err);
+}
+
+/* s as a JSON string literal. */
+static void sb_json_str(sbuf *b, const char *s) {
+    sb_str(b, "\"");
+    for (; s && *s; s++) {
+        const unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            sb_put(b, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            sb_str(b, esc);
+        } else {
+            sb_put(b, s, 1);
+        }
+    }
+    sb_str(b, "\"");
+}
+
+/* Every number of v is an integer the template engine can hold (64 bits). */
+static bool ints_only(const gt_json *v) {
+    if (v->type == GT_JSON_NUMBER) {
+        if (!v->is_int) return false;
+        errno = 0;
+        char *end = NULL;
+        (void)strtoll(v->num_text, &end, 10);
+        return errno == 0 && end && *end == '\0';
+    }
+    for (const gt_json *c = v->child; c; c = c->next)
+        if (!ints_only(c)) return false;
+    return true;
+}
+
+geist_status gt_chat_actions_tools(const geist_action *a, size_t n, gt_json **out, gt_err *err) {
+    *out = NULL;
+    sbuf b = {0};
+    sb_str(&b, "[");
+    for (size_t i = 0; i < n; i++) {
+        sb_str(&b, i ? ", " : "");
+        sb_str(&b, "{\"type\": \"function\", \"function\": {\"name\": ");
+        sb_json_str(&b, a[i].name);
+        sb_str(&b, ", \"description\": ");
+        sb_json_str(&b, a[i].description ? a[i].description : "");
+        sb_str(&b, ", \"parameters\": ");
+        const char *p = a[i].parameters;
+        if (p && p[strspn(p, " \t\r\n")]) sb_str(&b, p);
+        else sb_str(&b, "{\"type\": \"object\", \"properties\": {}}");
+        sb_str(&b, "}}");
+    }
+    sb_str(&b, "]");
     if (b.oom || !b.p) {
         free(b.p);
-        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (the actions' prompt)");
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (the actions' tools)");
     }
-    *out = b.p;
-    *len = b.n;
+    gt_json *j = NULL;
+    geist_status st = gt_json_parse(b.p, b.n, &j, err);
+    free(b.p);
+    if (st != GEIST_OK) return st;
+    if (!ints_only(j)) {
+        gt_json_free(j);
+        return GEIST_OK;
+    }
+    *out = j;
     return GEIST_OK;
 }
 

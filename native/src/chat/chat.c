@@ -25,9 +25,37 @@ static bool special_text(const gguf_file *f, const char *key, gt_str *out) {
     return gt_gguf_get_u32(f, key, &id) && token_text(f, id, out);
 }
 
+/* The model's template (tokenizer.chat_template), else the built-in ChatML. */
+static void model_template(const geist_model *m, const char **src, size_t *len) {
+    gt_str s;
+    if (gt_gguf_get_str(gt_model_gguf(m), "tokenizer.chat_template", &s) && s.len > 0) {
+        *src = s.ptr;
+        *len = (size_t)s.len;
+    } else {
+        *src = gt_template_chatml();
+        *len = strlen(*src);
+    }
+}
+
+bool gt_chat_template_uses_tools(const geist_model *m) {
+    const char *src = NULL;
+    size_t len = 0;
+    model_template(m, &src, &len);
+    bool uses = false;
+    gt_err ignored = {0};
+    return gt_template_uses(src, len, "tools", &uses, &ignored) == GEIST_OK && uses;
+}
+
 geist_status gt_chat_render(const geist_model *m, const char *tmpl, const geist_chat_message *msgs,
                             size_t n, bool add_generation_prompt, char **out, size_t *len,
                             gt_err *err) {
+    return gt_chat_render_tools(m, tmpl, msgs, n, NULL, add_generation_prompt, out, len, err);
+}
+
+geist_status gt_chat_render_tools(const geist_model *m, const char *tmpl,
+                                  const geist_chat_message *msgs, size_t n,
+                                  const struct gt_json *tools, bool add_generation_prompt,
+                                  char **out, size_t *len, gt_err *err) {
     *out = NULL;
     *len = 0;
     if (n > 0 && !msgs)
@@ -35,16 +63,7 @@ geist_status gt_chat_render(const geist_model *m, const char *tmpl, const geist_
     const gguf_file *f = gt_model_gguf(m);
     const char *src = tmpl;
     size_t src_len = tmpl ? strlen(tmpl) : 0;
-    if (!tmpl) {
-        gt_str s;
-        if (gt_gguf_get_str(f, "tokenizer.chat_template", &s) && s.len > 0) {
-            src = s.ptr;
-            src_len = (size_t)s.len;
-        } else {
-            src = gt_template_chatml();
-            src_len = strlen(src);
-        }
-    }
+    if (!tmpl) model_template(m, &src, &src_len);
     gt_tmpl_msg *tm = NULL;
     if (n > 0) {
         tm = gt_malloc_array(n, sizeof *tm);
@@ -62,6 +81,7 @@ geist_status gt_chat_render(const geist_model *m, const char *tmpl, const geist_
         tm[i].content_len = strlen(msgs[i].content);
     }
     gt_tmpl_ctx ctx = {0};
+    ctx.tools = tools;
     ctx.messages = tm;
     ctx.n_messages = n;
     ctx.add_generation_prompt = add_generation_prompt;

@@ -28,14 +28,15 @@ typedef struct candidate {
 } candidate;
 
 static geist_status render_ids(const geist_model *m, const geist_chat_message *msgs, size_t n,
-                               size_t keep_first, size_t drop, geist_chat_message *view,
-                               const int32_t *held, size_t n_held, candidate *c, gt_err *err) {
+                               const struct gt_json *tools, size_t keep_first, size_t drop,
+                               geist_chat_message *view, const int32_t *held, size_t n_held,
+                               candidate *c, gt_err *err) {
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (i < keep_first || i >= keep_first + drop) view[k++] = msgs[i];
     char *text = NULL;
     size_t len = 0;
-    geist_status st = gt_chat_render(m, NULL, view, k, true, &text, &len, err);
+    geist_status st = gt_chat_render_tools(m, NULL, view, k, tools, true, &text, &len, err);
     if (st != GEIST_OK) return st;
     /* the template's own control tokens are parsed; the messages went through it as text */
     st = gt_tokenize_alloc(m, text, len, GEIST_TOKENIZE_ADD_SPECIAL | GEIST_TOKENIZE_PARSE_SPECIAL,
@@ -62,6 +63,7 @@ static bool turn_start(const geist_chat_message *msgs, size_t i) {
 }
 
 geist_status gt_conversation_plan(const geist_model *m, const geist_chat_message *msgs, size_t n,
+                                  const struct gt_json *tools,
                                   const geist_context_policy *policy, int32_t max_seq_len,
                                   int32_t reserve, const int32_t *held, size_t n_held,
                                   gt_conv_plan *out, gt_err *err) {
@@ -79,7 +81,7 @@ geist_status gt_conversation_plan(const geist_model *m, const geist_chat_message
     geist_chat_message *view = gt_calloc(n, sizeof *view);
     if (!view) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (conversation)");
     candidate best = {0}, cur = {0};
-    geist_status st = render_ids(m, msgs, n, keep_first, 0, view, held, n_held, &best, err);
+    geist_status st = render_ids(m, msgs, n, tools, keep_first, 0, view, held, n_held, &best, err);
     if (st != GEIST_OK) goto done;
     const bool trim = policy->trim && droppable > 0 && best.n_ids + want > cap;
     if (trim) {
@@ -95,7 +97,7 @@ geist_status gt_conversation_plan(const geist_model *m, const geist_chat_message
         for (size_t d = 1; d <= droppable; d++) {
             const size_t first_kept = keep_first + d;
             if (any_turn && first_kept < n && !turn_start(msgs, first_kept)) continue;
-            st = render_ids(m, msgs, n, keep_first, d, view, held, n_held, &cur, err);
+            st = render_ids(m, msgs, n, tools, keep_first, d, view, held, n_held, &cur, err);
             if (st != GEIST_OK) goto done;
             const bool fits = cur.n_ids + want <= cap;
             const bool roomy = cur.n_ids + want <= slack_target;

@@ -25,10 +25,13 @@ geist_status gt_context_policy_check(const geist_context_policy *in, geist_conte
                                      gt_err *err);
 
 /* Fits msgs[0..n) to a session of max_seq_len tokens that holds held[0..n_held), keeping
- * `reserve` tokens free for the reply when the policy trims. Errors: GEIST_ERR_CAPACITY (does not
- * fit even trimmed, the message gives the sizes), the template's and tokenizer's errors,
- * GEIST_ERR_OUT_OF_MEMORY. On success *out owns its ids. */
+ * `reserve` tokens free for the reply when the policy trims. tools: the template's `tools`
+ * variable in every rendering (chat.h gt_chat_render_tools), or NULL. Errors:
+ * GEIST_ERR_CAPACITY (does not fit even trimmed, the message gives the sizes), the template's
+ * and tokenizer's errors, GEIST_ERR_OUT_OF_MEMORY. On success *out owns its ids. */
+struct gt_json;
 geist_status gt_conversation_plan(const geist_model *m, const geist_chat_message *msgs, size_t n,
+                                  const struct gt_json *tools,
                                   const geist_context_policy *policy, int32_t max_seq_len,
                                   int32_t reserve, const int32_t *held, size_t n_held,
                                   gt_conv_plan *out, gt_err *err);

@@ -1366,41 +1366,72 @@ static tp_node *parse_body(tp_parser *P, const char *const *ends, size_t n_ends)
 
 /* ---- entry points ------------------------------------------------------------------------ */
 
-geist_status gt_template_render(const char *tmpl, size_t len, const gt_tmpl_ctx *ctx,
-                                const gt_tmpl_opts *opts, char **out, size_t *out_len,
-                                gt_err *err) {
+/* Parses tmpl[0..len) into *root (in ar); P's status on failure. */
+static geist_status parse_template(const char *tmpl, size_t len, const gt_tmpl_opts *opts,
+                                   tp_arena *ar, tp_node **root, gt_err *err) {
     static const gt_tmpl_opts defaults = {true, true};
-    if (!tmpl || !ctx || !out || !out_len)
-        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "chat template: NULL argument");
+    *root = NULL;
     if (len > GT_TMPL_LIMIT_SOURCE)
         return gt_fail(err, GEIST_ERR_BAD_FORMAT, "chat template too long (%zu bytes, limit %u)",
                        len, (unsigned)GT_TMPL_LIMIT_SOURCE);
     /* keep_trailing_newline=False: one trailing newline of the source is dropped */
     if (len >= 2 && tmpl[len - 2] == '\r' && tmpl[len - 1] == '\n') len -= 2;
     else if (len >= 1 && (tmpl[len - 1] == '\n' || tmpl[len - 1] == '\r')) len -= 1;
-
-    tp_arena ar = {0};
-    ar.limit = GT_TMPL_LIMIT_MEMORY;
     tp_parser P = {0};
     P.src = tmpl;
     P.n = len;
     P.opts = opts ? opts : &defaults;
-    P.ar = &ar;
+    P.ar = ar;
     P.err = err;
     P.status = GEIST_OK;
-    geist_status st;
-    if (!lex_all(&P)) {
-        st = P.status;
-        goto done;
-    }
-    tp_node *root = parse_body(&P, NULL, 0);
-    if (!root) {
-        st = P.status;
-        goto done;
-    }
-    st = gt_tp_render_tree(root, ctx, &ar, out, out_len, err);
-done:
-    if (st == GEIST_OK && P.status != GEIST_OK) st = P.status;
+    if (!lex_all(&P)) return P.status;
+    *root = parse_body(&P, NULL, 0);
+    if (!*root && P.status == GEIST_OK)
+        return gt_fail(err, GEIST_ERR_INTERNAL, "chat template: parse failed without a message");
+    return P.status;
+}
+
+geist_status gt_template_render(const char *tmpl, size_t len, const gt_tmpl_ctx *ctx,
+                                const gt_tmpl_opts *opts, char **out, size_t *out_len,
+                                gt_err *err) {
+    if (!tmpl || !ctx || !out || !out_len)
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "chat template: NULL argument");
+    tp_arena ar = {0};
+    ar.limit = GT_TMPL_LIMIT_MEMORY;
+    tp_node *root = NULL;
+    geist_status st = parse_template(tmpl, len, opts, &ar, &root, err);
+    if (st == GEIST_OK) st = gt_tp_render_tree(root, ctx, &ar, out, out_len, err);
+    gt_tp_arena_free(&ar);
+    return st;
+}
+
+/* Whether the subtree at x holds the name (E_NAME) `name`; the tree's height is bounded by the
+ * parser's nesting and expression limits. */
+static bool tree_uses(const tp_node *x, const char *name, size_t nlen) {
+    if (!x) return false;
+    if (x->kind == E_NAME && x->name.n == nlen && memcmp(x->name.p, name, nlen) == 0) return true;
+    if (tree_uses(x->a, name, nlen) || tree_uses(x->b, name, nlen) ||
+        tree_uses(x->c, name, nlen) || tree_uses(x->d, name, nlen))
+        return true;
+    for (size_t i = 0; i < x->n; i++)
+        if ((x->list && tree_uses(x->list[i], name, nlen)) ||
+            (x->list2 && tree_uses(x->list2[i], name, nlen)))
+            return true;
+    for (size_t i = 0; x->kwv && i < x->nkw; i++)
+        if (tree_uses(x->kwv[i], name, nlen)) return true;
+    return false;
+}
+
+geist_status gt_template_uses(const char *tmpl, size_t len, const char *name, bool *uses,
+                              gt_err *err) {
+    *uses = false;
+    if (!tmpl || !name)
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "chat template: NULL argument");
+    tp_arena ar = {0};
+    ar.limit = GT_TMPL_LIMIT_MEMORY;
+    tp_node *root = NULL;
+    geist_status st = parse_template(tmpl, len, NULL, &ar, &root, err);
+    if (st == GEIST_OK) *uses = tree_uses(root, name, strlen(name));
     gt_tp_arena_free(&ar);
     return st;
 }

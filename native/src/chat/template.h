@@ -14,9 +14,11 @@
  *    `x if c else y`, or, and, not, == != < > <= >= in, not in, + -, ~, * // %, **, unary -.
  *    Integers are 64-bit; float literals and '/' (true division) are rejected.
  *  - Filters: trim, length/count, upper, lower, capitalize, title, first, last, join, default/d,
- *    replace, list, string, int, abs, reverse, items, tojson (jinja2's default: sorted keys,
- *    ASCII escapes, HTML-safe), select/reject, selectattr/rejectattr, map(attribute=..|filter
- *    name), safe.
+ *    replace, list, string, int, abs, reverse, items, tojson (transformers' own, which replaces
+ *    jinja2's for chat templates: json.dumps(x, ensure_ascii=False, indent=None,
+ *    separators=None, sort_keys=False), keys in insertion order, no HTML escapes; those four
+ *    arguments by position or keyword), select/reject, selectattr/rejectattr,
+ *    map(attribute=..|filter name), safe.
  *  - Tests (`is [not]`): defined, undefined, none, string, number, integer, boolean, true,
  *    false, mapping, iterable, sequence, callable, even, odd, divisibleby, eq/equalto/==, ne/!=,
  *    lt/<, gt/>, le/<=, ge/>=, in.
@@ -43,6 +45,8 @@
 
 #include "../util/util.h"
 #include "geist.h"
+
+struct gt_json;
 
 /* Limits of one render (exceeding one is a GEIST_ERR_BAD_FORMAT error naming the limit). */
 #define GT_TMPL_LIMIT_SOURCE (4u << 20)    /* template source bytes */
@@ -74,6 +78,10 @@ typedef struct gt_tmpl_ctx {
     size_t bos_len;
     const char *eos_token;
     size_t eos_len;
+    /* `tools` (transformers' apply_chat_template(tools=...)): a JSON array, as lists, dicts,
+     * strings, integers, booleans and none (a non-integer number is an error); NULL: the
+     * variable is undefined. */
+    const struct gt_json *tools;
 } gt_tmpl_ctx;
 
 /* Renders tmpl[0..len) with ctx. On success *out is a malloc'd NUL-terminated string of
@@ -83,6 +91,11 @@ typedef struct gt_tmpl_ctx {
 geist_status gt_template_render(const char *tmpl, size_t len, const gt_tmpl_ctx *ctx,
                                 const gt_tmpl_opts *opts, char **out, size_t *out_len,
                                 gt_err *err);
+
+/* Whether tmpl[0..len) reads the variable `name` anywhere (parsed, not rendered: a name in its
+ * expressions, not a word in its text). Errors: the template's syntax errors, as render. */
+geist_status gt_template_uses(const char *tmpl, size_t len, const char *name, bool *uses,
+                              gt_err *err);
 
 /* The ChatML template used when a model has none. Static. */
 const char *gt_template_chatml(void);

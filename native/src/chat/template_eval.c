@@ -1,11 +1,13 @@
 /* Chat template evaluation: values, variables, operators, filters, tests and methods, with the
  * semantics of Python jinja2 (see template.h). Every allocation of a render goes to its arena
  * (freed at once); output and temporary strings use bounded growable buffers. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/json.h"
 #include "template_internal.h"
 
 typedef struct tp_var {
@@ -837,7 +839,9 @@ static bool str_split(ev *E, const tp_node *at, tp_str s, const tp_str *sep, int
     return true;
 }
 
-/* ---- JSON (jinja2's tojson: json.dumps(sort_keys=True) made HTML-safe) ------------------- */
+/* ---- JSON (Hugging Face transformers' tojson: json.dumps(x, ensure_ascii=False, indent=None,
+ * separators=None, sort_keys=False); transformers replaces jinja2's own filter, which sorts keys
+ * and escapes HTML characters, with this one for every chat template) ---------------------- */
 
 static uint32_t cp_decode(const char *s, size_t len) {
     const unsigned char *u = (const unsigned char *)s;
@@ -848,7 +852,19 @@ static uint32_t cp_decode(const char *s, size_t len) {
            ((uint32_t)(u[2] & 0x3f) << 6) | (u[3] & 0x3f);
 }
 
-static bool json_str(ev *E, sb *b, tp_str s) {
+typedef struct json_opts {
+    bool ascii;           /* ensure_ascii */
+    bool sort;            /* sort_keys */
+    bool indented;        /* indent is not None */
+    tp_str indent;        /* the unit, when it is a string */
+    int64_t indent_n;     /* the unit's spaces, when it is an integer (negative: none) */
+    tp_str item, key;     /* separators */
+} json_opts;
+
+/* Python's encoder: '"', '\\' and the control characters always escaped (\n \r \t \b \f by
+ * name, the rest \u00XX); with ensure_ascii also everything outside ' '..'~' (surrogate pairs
+ * above U+FFFF). */
+static bool json_str(ev *E, sb *b, tp_str s, bool ascii) {
     if (!sb_puts(E, b, "\"")) return false;
     for (size_t i = 0; i < s.n;) {
         size_t l = cp_len(s.p + i, s.n - i);
@@ -862,7 +878,7 @@ static bool json_str(ev *E, sb *b, tp_str s) {
         else if (c == '\t') esc = "\\t";
         else if (c == '\b') esc = "\\b";
         else if (c == '\f') esc = "\\f";
-        else if (c == '<' || c == '>' || c == '&' || c == '\'' || c < 0x20 || c >= 0x7f) {
+        else if (c < 0x20 || (ascii && c > 0x7e)) {
             if (c >= 0x10000) {
                 uint32_t v = c - 0x10000;
                 snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xd800 + (v >> 10), 0xdc00 + (v & 0x3ff));
@@ -877,7 +893,25 @@ static bool json_str(ev *E, sb *b, tp_str s) {
     return sb_puts(E, b, "\"");
 }
 
-static bool json_val(ev *E, const tp_node *at, sb *b, const tp_val *v, int depth) {
+/* A newline and `level` indentation units (indent given). */
+static bool json_newline(ev *E, sb *b, const json_opts *o, int level) {
+    if (!sb_puts(E, b, "\n")) return false;
+    for (int k = 0; k < level; k++) {
+        if (o->indent_n < 0) {
+            if (!sb_put(E, b, o->indent.p, o->indent.n)) return false;
+            continue;
+        }
+        static const char spaces[] = "                                "; /* 32 */
+        for (int64_t left = o->indent_n; left > 0;) {
+            const size_t n = left > 32 ? 32 : (size_t)left;
+            if (!sb_put(E, b, spaces, n)) return false;
+            left -= (int64_t)n;
+        }
+    }
+    return true;
+}
+
+static bool json_val(ev *E, const tp_node *at, sb *b, const tp_val *v, const json_opts *o, int depth) {
     if (depth > GT_TMPL_LIMIT_VALUE_DEPTH) return rt(E, at, "value nested too deeply for tojson");
     char tmp[32];
     switch (v->t) {
@@ -886,36 +920,46 @@ static bool json_val(ev *E, const tp_node *at, sb *b, const tp_val *v, int depth
     case TV_INT:
         snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i);
         return sb_puts(E, b, tmp);
-    case TV_STR: return json_str(E, b, v->u.s);
-    case TV_LIST:
-        if (!sb_puts(E, b, "[")) return false;
-        for (size_t i = 0; i < v->u.l->n; i++) {
-            if ((i && !sb_puts(E, b, ", ")) || !json_val(E, at, b, &v->u.l->v[i], depth + 1))
+    case TV_STR: return json_str(E, b, v->u.s, o->ascii);
+    case TV_LIST: {
+        const tp_list *l = v->u.l;
+        if (l->n == 0) return sb_puts(E, b, "[]");
+        if (!sb_puts(E, b, "[") || (o->indented && !json_newline(E, b, o, depth + 1))) return false;
+        for (size_t i = 0; i < l->n; i++) {
+            if (i && (!sb_put(E, b, o->item.p, o->item.n) ||
+                      (o->indented && !json_newline(E, b, o, depth + 1))))
                 return false;
+            if (!json_val(E, at, b, &l->v[i], o, depth + 1)) return false;
         }
-        return sb_puts(E, b, "]");
+        return (!o->indented || json_newline(E, b, o, depth)) && sb_puts(E, b, "]");
+    }
     case TV_DICT: {
         const tp_dict *d = v->u.d;
+        if (d->n == 0) return sb_puts(E, b, "{}");
         size_t *order = alloc_array(E, d->n, sizeof *order);
         if (!order) return false;
         for (size_t i = 0; i < d->n; i++) { /* insertion sort by key: dicts here are small */
             size_t j = i;
-            while (j > 0 && str_cmp(d->k[order[j - 1]], d->k[i]) > 0) {
+            while (o->sort && j > 0 && str_cmp(d->k[order[j - 1]], d->k[i]) > 0) {
                 order[j] = order[j - 1];
                 j--;
             }
             order[j] = i;
         }
-        if (!sb_puts(E, b, "{")) return false;
+        if (!sb_puts(E, b, "{") || (o->indented && !json_newline(E, b, o, depth + 1))) return false;
         for (size_t i = 0; i < d->n; i++) {
-            if ((i && !sb_puts(E, b, ", ")) || !json_str(E, b, d->k[order[i]]) ||
-                !sb_puts(E, b, ": ") || !json_val(E, at, b, &d->v[order[i]], depth + 1))
+            if (i && (!sb_put(E, b, o->item.p, o->item.n) ||
+                      (o->indented && !json_newline(E, b, o, depth + 1))))
+                return false;
+            if (!json_str(E, b, d->k[order[i]], o->ascii) || !sb_put(E, b, o->key.p, o->key.n) ||
+                !json_val(E, at, b, &d->v[order[i]], o, depth + 1))
                 return false;
         }
-        return sb_puts(E, b, "}");
+        return (!o->indented || json_newline(E, b, o, depth)) && sb_puts(E, b, "}");
     }
-    default: return rt(E, at, "Object of type %s is not JSON serializable", type_name(v));
+    default: break;
     }
+    return rt(E, at, "Object of type %s is not JSON serializable", type_name(v));
 }
 
 /* ---- calls: arguments -------------------------------------------------------------------- */
@@ -980,6 +1024,41 @@ static bool want_str(ev *E, const tp_node *at, const tp_val *v, const char *what
 static bool want_int(ev *E, const tp_node *at, const tp_val *v, const char *what, int64_t *out) {
     if (!v || !is_num(v)) return rt(E, at, "%s must be an integer", what);
     *out = num(v);
+    return true;
+}
+
+/* tojson's arguments, in transformers' order: ensure_ascii, indent, separators, sort_keys. */
+static bool json_opts_from(ev *E, const tp_node *at, const args *A, json_opts *o) {
+    static const char *const kws[] = {"ensure_ascii", "indent", "separators", "sort_keys", NULL};
+    if (!check_arity(E, at, A, 4, kws, "tojson")) return false;
+    memset(o, 0, sizeof *o);
+    o->indent_n = -1;
+    const tp_val *asc = arg(A, 0, "ensure_ascii"), *ind = arg(A, 1, "indent");
+    const tp_val *sep = arg(A, 2, "separators"), *srt = arg(A, 3, "sort_keys");
+    o->ascii = asc && truthy(asc);
+    o->sort = srt && truthy(srt);
+    if (ind && ind->t != TV_NONE) {
+        o->indented = true;
+        if (ind->t == TV_STR) {
+            o->indent = ind->u.s;
+        } else if (is_num(ind)) {
+            const int64_t n = num(ind);
+            o->indent_n = n < 0 ? 0 : n; /* Python: ' ' * n */
+            if (o->indent_n > (int64_t)GT_TMPL_LIMIT_OUTPUT)
+                return rt(E, at, "output passed the size limit (%u bytes)", (unsigned)GT_TMPL_LIMIT_OUTPUT);
+        } else {
+            return rt(E, at, "tojson indent must be an integer, a string or none");
+        }
+    }
+    o->item = cstr(o->indented ? "," : ", ");
+    o->key = cstr(": ");
+    if (sep && sep->t != TV_NONE) {
+        if (sep->t != TV_LIST || sep->u.l->n != 2 || sep->u.l->v[0].t != TV_STR ||
+            sep->u.l->v[1].t != TV_STR)
+            return rt(E, at, "tojson separators must be two strings (item, key)");
+        o->item = sep->u.l->v[0].u.s;
+        o->key = sep->u.l->v[1].u.s;
+    }
     return true;
 }
 
@@ -1293,9 +1372,10 @@ static bool apply_filter(ev *E, const tp_node *at, tp_str name, const tp_val *v,
         return true;
     }
     if (sis(name, "tojson")) {
-        if (A->n || A->nkw) return rt(E, at, "tojson arguments (indent) are not supported");
+        json_opts o;
+        if (!json_opts_from(E, at, A, &o)) return false;
         sb b = {0};
-        if (!json_val(E, at, &b, v, 0) || !sb_take(E, &b, &s)) {
+        if (!json_val(E, at, &b, v, &o, 0) || !sb_take(E, &b, &s)) {
             free(b.p);
             return false;
         }
@@ -1907,6 +1987,49 @@ static bool add_global_fn(ev *E, const char *name, int fn) {
     return set_var(E, cstr(name), v);
 }
 
+/* A JSON value of the context (the `tools` list) as a template value over the tree's strings. The
+ * engine has integers only: a number with a fraction or an exponent, or beyond 64 bits, is an
+ * error (chat/ checks before it passes tools, and renders the plain format then). */
+static bool json_to_val(ev *E, const gt_json *j, tp_val *out) {
+    switch (j->type) {
+    case GT_JSON_NULL: *out = v_none(); return true;
+    case GT_JSON_BOOL: *out = v_bool(j->b); return true;
+    case GT_JSON_NUMBER: {
+        char *end = NULL;
+        errno = 0;
+        const long long x = j->is_int ? strtoll(j->num_text, &end, 10) : 0;
+        if (!j->is_int || errno || !end || *end)
+            return rt(E, NULL, "tools: the number %.40s is not a 64-bit integer (the template "
+                      "engine has integers only)", j->num_text);
+        *out = v_int((int64_t)x);
+        return true;
+    }
+    case GT_JSON_STRING: *out = v_str(j->str, j->len); return true;
+    case GT_JSON_ARRAY: {
+        tp_list *l = new_list(E, j->len);
+        if (!l) return false;
+        size_t i = 0;
+        for (const gt_json *c = j->child; c && i < l->n; c = c->next, i++)
+            if (!json_to_val(E, c, &l->v[i])) return false;
+        *out = v_list(l);
+        return true;
+    }
+    case GT_JSON_OBJECT: {
+        tp_dict *d = new_dict(E, j->len);
+        if (!d) return false;
+        for (const gt_json *c = j->child; c; c = c->next) {
+            tp_val v;
+            if (!json_to_val(E, c, &v) || !dict_set(E, d, (tp_str){c->key, c->key_len}, v))
+                return false;
+        }
+        out->t = TV_DICT;
+        out->u.d = d;
+        return true;
+    }
+    }
+    return rt(E, NULL, "tools: bad JSON value");
+}
+
 geist_status gt_tp_render_tree(const tp_node *root, const gt_tmpl_ctx *ctx, tp_arena *ar,
                             char **out, size_t *out_len, gt_err *err) {
     ev E;
@@ -1928,6 +2051,9 @@ geist_status gt_tp_render_tree(const tp_node *root, const gt_tmpl_ctx *ctx, tp_a
             msgs->v[i].u.d = d;
         }
     }
+    tp_val tools;
+    ok = ok && (!ctx->tools || json_to_val(&E, ctx->tools, &tools));
+    ok = ok && (!ctx->tools || set_var(&E, cstr("tools"), tools));
     ok = ok && msgs && set_var(&E, cstr("messages"), v_list(msgs)) &&
          set_var(&E, cstr("add_generation_prompt"), v_bool(ctx->add_generation_prompt)) &&
          (!ctx->bos_token || set_var(&E, cstr("bos_token"), v_str(ctx->bos_token, ctx->bos_len))) &&

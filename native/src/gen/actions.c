@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "../chat/actions.h"
-#include "../grammar/json.h"
+#include "../util/json.h"
 #include "../grammar/json_schema.h"
 
 static bool name_ok(const char *s) {

@@ -182,8 +182,10 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
     int32_t kept = s->n_past; /* positions of the session that stay */
     int32_t *conv = NULL;
     size_t n_conv = 0;
-    /* actions: the section describing them (chat/actions.h), in the system message or before
-     * a text prompt */
+    /* actions (chat/actions.h): through the template's `tools` where it reads them (then the
+     * system message gets only the reply-format line), else the plain section describing them,
+     * in the system message or before a text prompt */
+    gt_json *tools = NULL;
     char *section = NULL, *sys_owned = NULL, *text_owned = NULL;
     size_t section_len = 0;
     geist_chat_message *view = NULL;
@@ -192,9 +194,15 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
     int inserted = 0;
     geist_status st = copy_stops(g, in, chat, err);
     if (st != GEIST_OK) goto fail;
+    if (g->n_actions && chat && gt_chat_template_uses_tools(m)) {
+        st = gt_chat_actions_tools(g->actions, g->n_actions, &tools, err);
+        if (st != GEIST_OK) goto fail;
+    }
     if (g->n_actions && (chat || in->text)) {
-        st = gt_chat_actions_section(g->actions, g->n_actions, in->action_choice, &section,
-                                     &section_len, err);
+        st = tools ? gt_chat_actions_format(g->actions, g->n_actions, in->action_choice, &section,
+                                            &section_len, err)
+                   : gt_chat_actions_section(g->actions, g->n_actions, in->action_choice,
+                                             &section, &section_len, err);
         if (st != GEIST_OK) goto fail;
     }
     if (chat && section) {
@@ -215,7 +223,7 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
         st = held_ids(s, &held, err);
         if (st != GEIST_OK) goto fail;
         gt_conv_plan plan = {0};
-        st = gt_conversation_plan(m, msgs, n_msgs, &pol, s->max_seq_len, reserve, held,
+        st = gt_conversation_plan(m, msgs, n_msgs, tools, &pol, s->max_seq_len, reserve, held,
                                   (size_t)s->n_past, &plan, err);
         free(held);
         if (st != GEIST_OK) goto fail;
@@ -309,6 +317,7 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
     }
     g->n_reused = kept;
     seed_history(g, kept, so.penalty_last_n);
+    gt_json_free(tools);
     free(conv);
     free(section);
     free(sys_owned);
@@ -316,6 +325,7 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
     free(text_owned);
     return GEIST_OK;
 fail:
+    gt_json_free(tools);
     free(conv);
     free(section);
     free(sys_owned);
@@ -423,21 +433,25 @@ geist_status gt_gen_sample(gt_gen *g, const float *logits, int32_t *out_id, gt_e
         return GEIST_OK;
     }
     if (gt_matcher_fill_mask(m, g->mask, &g->grammar_err) != GEIST_OK) return GEIST_OK;
+    /* the masked row: a word of the mask at a time, whole words (none allowed: every token of a
+     * structural context; all allowed: most of a string's) without looking at single bits */
     const int32_t n = g->model->cfg.n_vocab;
-    int32_t n_allowed = 0;
+    uint32_t any = 0;
     for (int32_t w = 0; w * 32 < n; w++) {
         const uint32_t bits = g->mask[w];
-        const int32_t end = w * 32 + 32 < n ? w * 32 + 32 : n;
+        const int32_t at = w * 32, cnt = at + 32 < n ? 32 : n - at;
+        float *dst = g->masked + at;
+        any |= bits;
         if (bits == 0) {
-            for (int32_t i = w * 32; i < end; i++) g->masked[i] = -INFINITY;
-            continue;
+            for (int32_t i = 0; i < cnt; i++) dst[i] = -INFINITY;
+        } else if (bits == UINT32_MAX) {
+            memcpy(dst, logits + at, (size_t)cnt * sizeof *dst);
+        } else {
+            for (int32_t i = 0; i < cnt; i++) dst[i] = (bits >> i) & 1u ? logits[at + i] : -INFINITY;
         }
-        n_allowed += __builtin_popcount(bits);
-        for (int32_t i = w * 32; i < end; i++)
-            g->masked[i] = (bits >> (i - w * 32)) & 1u ? logits[i] : -INFINITY;
     }
     gt_gen_end_to_call(g, logits, g->masked, (int32_t)left, gt_matcher_min_bytes(m));
-    if (n_allowed == 0) {
+    if (any == 0) {
         gt_fail(&g->grammar_err, GEIST_ERR_INVALID_ARGUMENT, "grammar: no token is allowed here");
         return GEIST_OK;
     }

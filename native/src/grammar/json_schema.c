@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "grammar.h"
-#include "json.h"
+#include "../util/json.h"
 
 bool gt_text_append(gt_text *b, const char *s, size_t n) {
     if (b->n + n + 1 > b->cap) {

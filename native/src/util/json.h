@@ -1,14 +1,14 @@
-/* A small JSON reader (RFC 8259, UTF-8) for schemas and for parsing constrained replies: a tree
- * allocated in one block, depth-limited (GT_JSON_MAX_DEPTH), every string NUL-terminated and
- * unescaped. */
-#ifndef GEIST_GRAMMAR_JSON_H
-#define GEIST_GRAMMAR_JSON_H
+/* A small JSON reader (RFC 8259, UTF-8) for schemas, for parsing constrained replies and for the
+ * tool lists chat templates render (so in util/, below grammar/ and chat/): a tree allocated in
+ * one block, depth-limited (GT_JSON_MAX_DEPTH), every string NUL-terminated and unescaped. */
+#ifndef GEIST_UTIL_JSON_H
+#define GEIST_UTIL_JSON_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../util/util.h"
+#include "util.h"
 
 #define GT_JSON_MAX_DEPTH 100
 
