@@ -168,6 +168,23 @@ def geist_matched(path: str, reps: int, parts: set[str]) -> dict[str, Any]:
             out[f"npl{n}"] = {"median": _median(rates), "spread": _spread(rates),
                               "samples": rates, "wall_aggregate_median": _median(walls),
                               "requests_ended_before_64_tokens": short}
+        if "reply" in parts:
+            # the first token of an NPC reply: a 128-token persona computed once as a shared
+            # prefix, a session on it per reply, a 16-token player line through the runtime
+            # (submit -> first token id), the game's path
+            persona = m.prefix([int(x) for x in rng.integers(100, m.n_vocab - 100, 128)])
+            ms: list[float] = []
+            for r in range(reps + 1):
+                line = [int(x) for x in rng.integers(100, m.n_vocab - 100, 16)]
+                with m.session(max_seq_len=192, prefix=persona) as s:
+                    t0 = time.perf_counter()
+                    res1 = s.submit(line, max_tokens=1, temperature=0.0).result(60)
+                    t1 = time.perf_counter()
+                if r and res1.ids:
+                    ms.append(1000 * (t1 - t0))
+            persona.close()
+            out["reply_first_token_ms"] = {"median": _median(ms), "spread": _spread(ms),
+                                           "samples": ms}
         m.close()
     finally:
         eng.close()
@@ -190,7 +207,7 @@ def geist_load_check(path: str) -> dict[str, Any]:
         m.close()
 
 
-PARTS = ("load", "cli", "matched", "npcs", "cli-npcs")
+PARTS = ("load", "cli", "matched", "npcs", "cli-npcs", "reply")
 
 
 def geist_part(model: Path, env: dict[str, str], reps: int, parts: set[str]) -> dict[str, Any]:
@@ -217,8 +234,8 @@ def geist_part(model: Path, env: dict[str, str], reps: int, parts: set[str]) -> 
             res["cli"] = rows[0]
             res["cli_command"] = (f"geist bench MODEL --backend vulkan --runs {reps} --pp 512 "
                                   "--tg 128 --json")
-    if parts & {"matched", "npcs"} and "cli_error" not in res:
-        what = ",".join(sorted(parts & {"matched", "npcs"}))
+    if parts & {"matched", "npcs", "reply"} and "cli_error" not in res:
+        what = ",".join(sorted(parts & {"matched", "npcs", "reply"}))
         res["matched"], e = sub([py, me, "--geist-matched", str(model), "--reps", str(reps),
                                  "--parts", what], 600)
         if e:
