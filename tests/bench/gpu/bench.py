@@ -288,6 +288,9 @@ def ratios(m: dict[str, Any]) -> dict[str, Any]:
                                     "target": 2.0},
         "npcs8_vs_batched_cuda": {"value": q(g8, _get(lc, "batched", "npl8", "median")),
                                   "target": None},
+        # milliseconds, not a ratio: at most 5 (the bound on the H200)
+        "reply_first_token_ms": {"value": _get(g, "matched", "reply_first_token_ms", "median"),
+                                 "target": 5.0},
     }
 
 
@@ -333,7 +336,9 @@ def markdown(report: dict[str, Any]) -> str:
     for name, m in report["models"].items():
         for k, r in m.get("ratios", {}).items():
             tgt = "-" if r["target"] is None else f">= {r['target']}"
-            val = "-" if r["value"] is None else f"{r['value']:.2f}x"
+            unit = " ms" if k.endswith("_ms") else "x"
+            tgt = tgt.replace(">=", "<=") if k.endswith("_ms") else tgt
+            val = "-" if r["value"] is None else f"{r['value']:.2f}{unit}"
             lines.append(f"| {name} | {k} | {val} | {tgt} |")
     lines += ["", "geist decode (tg128) and prefill (pp512) ratios use `geist bench`; the "
               "8-session ratios use the llama-batched-bench protocol (decode tokens/s after the "
