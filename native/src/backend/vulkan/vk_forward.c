@@ -4,7 +4,9 @@
  * small buffer per pass (tokens, positions, which rows want logits, the rotary cos/sin computed
  * as the CPU does) and reads back only the logits of the rows that asked for them.
  *
- * Products: matvec.comp, one workgroup per output row, up to 8 tokens per pass over the row.
+ * Products: matvec.comp, 8 output rows per workgroup (quantized weights; one for F32/F16), up to
+ * 8 tokens per pass over a row; steps of more than 8 rows take matmul.comp for quantized weights
+ * (tiles of 32 rows x 32 tokens, the same sums in the same order).
  * Quantized weights (Q8_0, Q4_0, Q4_1, Q5_0 in blocks of 32; Q4_K, Q6_K in blocks of 256) take
  * 8-bit activations made on the device as cpu_scalar makes them (quant.comp; act_quant.h),
  * dotted in exact integer block sums; F32/F16 weights take float activations. The norms, rotary,

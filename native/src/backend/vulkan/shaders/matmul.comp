@@ -173,30 +173,46 @@ void main() {
                     }
             }
         } else {
+            // the super-block's integer sums of the 8 outputs (A; Q4_K's mins B), sub-block by
+            // sub-block, each load of a word serving 2 (weights) or 4 (activations) outputs
+            int A[8], B[8];
+            for (uint e = 0u; e < 8u; e++) A[e] = B[e] = 0;
+            for (uint j = 0u; j < 8u; j++) {
+                int sq0[8], sq1[8]; // the two halves of 16 (Q6_K's groups 2 j, 2 j + 1)
+                for (uint e = 0u; e < 8u; e++) sq0[e] = sq1[e] = 0;
+                for (uint w = 0u; w < 4u; w++) {
+                    uint x = 8u * j + w;
+                    uint a0 = XS[tx * STR + x], a1 = XS[(tx + 16u) * STR + x];
+                    uint b0 = XS[tx * STR + x + 4u], b1 = XS[(tx + 16u) * STR + x + 4u];
+                    for (uint i = 0u; i < 4u; i++) {
+                        uint q = WS[(ty + 8u * i) * STR + x], q4 = WS[(ty + 8u * i) * STR + x + 4u];
+                        sq0[2u * i] += dot4ss(a0, q);
+                        sq0[2u * i + 1u] += dot4ss(a1, q);
+                        sq1[2u * i] += dot4ss(b0, q4);
+                        sq1[2u * i + 1u] += dot4ss(b1, q4);
+                    }
+                }
+                for (uint i = 0u; i < 4u; i++)
+                    for (uint k = 0u; k < 2u; k++) {
+                        uint rr = ty + 8u * i, tt = tx + 16u * k, e = 2u * i + k;
+                        if (wtype == T_Q4_K) {
+                            A[e] += WSC[rr][j] * (sq0[e] + sq1[e]);
+                            B[e] += WMN[rr][j] * XSUM[tt][j];
+                        } else {
+                            A[e] += WSC[rr][2u * j] * sq0[e] + WSC[rr][2u * j + 1u] * sq1[e];
+                        }
+                    }
+            }
             uint lane = c & 7u;
             for (uint i = 0u; i < 4u; i++)
                 for (uint k = 0u; k < 2u; k++) {
                     uint rr = ty + 8u * i, tt = tx + 16u * k;
-                    int A = 0, B = 0;
-                    for (uint j = 0u; j < 8u; j++) {
-                        int sq0 = 0, sq1 = 0;
-                        for (uint w = 0u; w < 4u; w++) {
-                            sq0 += dot4ss(XS[tt * STR + 8u * j + w], WS[rr * STR + 8u * j + w]);
-                            sq1 += dot4ss(XS[tt * STR + 8u * j + 4u + w], WS[rr * STR + 8u * j + 4u + w]);
-                        }
-                        if (wtype == T_Q4_K) {
-                            A += WSC[rr][j] * (sq0 + sq1);
-                            B += WMN[rr][j] * XSUM[tt][j];
-                        } else {
-                            A += WSC[rr][2u * j] * sq0 + WSC[rr][2u * j + 1u] * sq1;
-                        }
-                    }
                     float dx = XD[tt][0];
                     precise float dd = WD[rr][0] * dx;
-                    precise float pr = dd * float(A);
+                    precise float pr = dd * float(A[2u * i + k]);
                     if (wtype == T_Q4_K) {
                         precise float dm = WD[rr][1] * dx;
-                        precise float p2 = dm * float(B);
+                        precise float p2 = dm * float(B[2u * i + k]);
                         pr = pr - p2;
                     }
                     for (uint l = 0u; l < 8u; l++) {
