@@ -534,3 +534,32 @@ def test_gemma3_real_model_matches_cpu_scalar(vk: geist.Engine) -> None:
     (ref_ids, ref), (ids, got) = runs
     assert ids == ref_ids
     assert np.array_equal(ref, got), max(_rel(a, b) for a, b in zip(ref, got, strict=True))
+
+
+@pytest.mark.parametrize(("name", "n"), [("smollm2", 41), ("gemma3", 19)])
+def test_real_models_prefill_tiles_match_cpu_scalar(name: str, n: int, vk: geist.Engine) -> None:
+    """The real SmolLM2 (Q4_1 products over d_model 576: a partial chunk of 8 blocks in every
+    tile) and Gemma 3 (Q5_0, Q8_0, Q4_K, Q6_K) prefill n > 8 rows through matmul.comp, then one
+    step: the last row's logits and the step's bit for bit with cpu_scalar's (F16 KV)."""
+    from geist import models
+
+    try:
+        path = Path(getattr(models, f"{name}_path")(install=False))
+    except FileNotFoundError as e:
+        pytest.skip(f"model not installed: {e}")
+    ids = [int(v) for v in np.random.default_rng(5).integers(1, 5000, n)]
+    runs = []
+    for backend in ("cpu_scalar", "vulkan"):
+        eng, own = _engine(backend, vk)
+        with geist.Model.load(path, engine=eng) as m:
+            s = m.session(max_seq_len=64, kv_mode="f16")
+            s.prefill(ids)
+            rows = [np.asarray(s.logits()).copy()]
+            s.step(ids[0])
+            rows.append(np.asarray(s.logits()).copy())
+            s.close()
+        if own:
+            eng.close()
+        runs.append(np.stack(rows))
+    ref, got = runs
+    assert np.array_equal(ref, got), max(_rel(a, b) for a, b in zip(ref, got, strict=True))
