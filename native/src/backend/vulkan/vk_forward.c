@@ -34,8 +34,8 @@
 #define MAX_ROWS 64 /* rows per pass: bounds the scratch */
 #define N_BIND 8    /* storage buffer bindings of the one descriptor set layout */
 #define MAX_GROUPS_X 65535u
-/* matmul.comp's tile (its TM, TN), its shared memory in bytes and the steps that take it: more
- * rows than matvec.comp serves in one pass over a weight row */
+/* matmul.comp's tile (its TM, TN), its shared memory in bytes (its shared arrays' sizes) and the
+ * steps that take it: more rows than matvec.comp serves in one pass over a weight row */
 #define MM_TM 32u
 #define MM_TN 32u
 #define MM_SHARED 23808u
@@ -45,9 +45,8 @@
  * P_MATMUL: matmul.comp, tiles of rows x tokens for quantized weights in longer steps */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
        P_MATMUL, P_COUNT };
-static const char *const k_pipe_names[P_COUNT] = {"embed",   "quant", "matvec", "rmsnorm",
-                                                  "rope",    "kvstore", "attn", "act",
-                                                  "matvec",  "matmul"};
+static const char *const k_pipe_names[P_COUNT] = {"embed", "quant", "matvec", "rmsnorm", "rope",
+                                                  "kvstore", "attn", "act", "matvec", "matmul"};
 
 typedef struct vbuf {
     VkBuffer buf;
@@ -491,7 +490,11 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         fw->pl = VK_NULL_HANDLE;
         return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot create a pipeline layout");
     }
+    /* matmul.comp only where the device has its shared memory (MM_SHARED) and 128 lanes */
+    const VkPhysicalDeviceLimits *lim = &c->props.limits;
+    fw->mm = lim->maxComputeSharedMemorySize >= MM_SHARED && lim->maxComputeWorkGroupInvocations >= 128;
     for (int p = 0; p < P_COUNT; p++) {
+        if (p == P_MATMUL && !fw->mm) continue; /* left VK_NULL_HANDLE: never dispatched */
         const gt_vk_spv *s = NULL;
         for (int i = 0; i < gt_vk_n_shaders && !s; i++)
             if (strcmp(gt_vk_shaders[i].name, k_pipe_names[p]) == 0) s = &gt_vk_shaders[i];
@@ -552,8 +555,6 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         fw->ts_ns = c->props.limits.timestampPeriod;
         fw->ts_mask = bits >= 64 ? UINT64_MAX : (1ull << bits) - 1;
     }
-    const VkPhysicalDeviceLimits *lim = &c->props.limits;
-    fw->mm = lim->maxComputeSharedMemorySize >= MM_SHARED && lim->maxComputeWorkGroupInvocations >= 128;
     fw->pipelines = true;
     return GEIST_OK;
 }
