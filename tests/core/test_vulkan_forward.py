@@ -279,6 +279,59 @@ def test_sliding_window_families_match_cpu_scalar_bit_for_bit(family: str, weigh
     assert np.array_equal(ref, got), max(_rel(a, b) for a, b in zip(ref, got, strict=True))
 
 
+# Prefill: a step of more than 8 rows takes matmul.comp (tiles of 32 weight rows x 32 tokens) for
+# its quantized products, every layer's and the output's (every row wants logits in eval). 45
+# tokens leave a partial tile of tokens, the vocabulary of 301 a partial tile of rows; the
+# SmolLM2-like geometry (d_model 576 = 18 blocks of 32, d_ff 352 = 11) a partial chunk of 8
+# blocks (K-quants need rows of whole super-blocks, so that geometry takes the 32-blocks only).
+# The tiles walk K in the reference's order, so the logits are cpu_scalar's bit for bit; a
+# second eval of 13 rows and single steps after it run on top of the prefilled KV.
+PREFILL = [int(v) for v in np.random.default_rng(5).integers(1, 300, 45)]
+_SMOL = {"d_model": 576, "n_head": 9, "n_head_kv": 3, "head_dim": 64, "d_ff": 352}
+
+
+def _prefill_rows(path: Path, backend: str, vk: geist.Engine | None) -> np.ndarray:
+    eng, own = _engine(backend, vk)
+    with geist.Model.load(path, engine=eng) as m:
+        s = m.session(max_seq_len=96, kv_mode="f16")
+        rows = list(s.eval(PREFILL))
+        rows += list(s.eval(PREFILL[:13]))
+        for t in PREFILL[:3]:
+            s.step(t)
+            rows.append(s.logits())
+        s.close()
+    if own:
+        eng.close()
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize(("family", "weight_type", "sizes"),
+                         [("llama", t, {}) for t in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K",
+                                                      "Q6_K")]
+                         + [("llama", t, _SMOL) for t in ("Q8_0", "Q4_0", "Q4_1", "Q5_0")]
+                         + [("gemma3", t, {}) for t in ("Q8_0", "Q4_0", "Q4_1", "Q5_0",
+                                                         "Q4_K", "Q6_K")])
+def test_prefill_tiles_match_cpu_scalar_bit_for_bit(family: str, weight_type: str,
+                                                    sizes: dict[str, int],
+                                                    vk: geist.Engine) -> None:
+    path = testing.family_fixture_path(family, weight_type, **sizes)
+    ref = _prefill_rows(path, "cpu_scalar", None)
+    got = _prefill_rows(path, "vulkan", vk)
+    assert np.array_equal(ref, got), max(_rel(a, b) for a, b in zip(ref, got, strict=True))
+
+
+# F32/F16 weights stay on matvec.comp in long steps too (float activations, its own sum order:
+# the acceptance's RTOL, as test_fixture_matches_cpu_scalar; greedy ids equal at every row)
+@pytest.mark.parametrize("weight_type", ["F32", "F16"])
+def test_prefill_float_weights_within_rtol(weight_type: str, vk: geist.Engine) -> None:
+    path = testing.fixture_path("llama", weight_type)
+    ref = _prefill_rows(path, "cpu_scalar", None)
+    got = _prefill_rows(path, "vulkan", vk)
+    assert [int(np.argmax(r)) for r in got] == [int(np.argmax(r)) for r in ref]
+    worst = max(_rel(a, b) for a, b in zip(ref, got, strict=True))
+    assert worst < RTOL, worst
+
+
 # (Q5_0, Q4_K and Q6_K products of Gemma 3: the real model's test at the end.)
 # F32 and INT8 caches: the softmax takes the driver's exp() and sums in float lanes where kv.c's
 # softmax_row takes expf and sums in double (an ulp apart here and there); on this fixture the
@@ -492,4 +545,33 @@ def test_gemma3_real_model_matches_cpu_scalar(vk: geist.Engine) -> None:
         runs.append((ids, np.stack(rows)))
     (ref_ids, ref), (ids, got) = runs
     assert ids == ref_ids
+    assert np.array_equal(ref, got), max(_rel(a, b) for a, b in zip(ref, got, strict=True))
+
+
+@pytest.mark.parametrize(("name", "n"), [("smollm2", 41), ("gemma3", 19)])
+def test_real_models_prefill_tiles_match_cpu_scalar(name: str, n: int, vk: geist.Engine) -> None:
+    """The real SmolLM2 (Q4_1 products over d_model 576: a partial chunk of 8 blocks in every
+    tile; the Q8_0 output) and Gemma 3 (Q5_0, Q8_0, Q4_K, Q6_K; its tied token table in parts on
+    lavapipe: tiles of each part's rows) evaluate n > 8 rows through matmul.comp, every row's
+    logits, then one step: bit for bit with cpu_scalar's (F16 KV)."""
+    from geist import models
+
+    try:
+        path = Path(getattr(models, f"{name}_path")(install=False))
+    except FileNotFoundError as e:
+        pytest.skip(f"model not installed: {e}")
+    ids = [int(v) for v in np.random.default_rng(5).integers(1, 5000, n)]
+    runs = []
+    for backend in ("cpu_scalar", "vulkan"):
+        eng, own = _engine(backend, vk)
+        with geist.Model.load(path, engine=eng) as m:
+            s = m.session(max_seq_len=64, kv_mode="f16")
+            rows = [np.asarray(r).copy() for r in s.eval(ids)]
+            s.step(ids[0])
+            rows.append(np.asarray(s.logits()).copy())
+            s.close()
+        if own:
+            eng.close()
+        runs.append(np.stack(rows))
+    ref, got = runs
     assert np.array_equal(ref, got), max(_rel(a, b) for a, b in zip(ref, got, strict=True))

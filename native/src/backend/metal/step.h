@@ -35,7 +35,9 @@
 
 typedef enum gt_mtl_kernel {
     GT_MTL_K_EMBED, GT_MTL_K_QUANT, GT_MTL_K_MATVEC, GT_MTL_K_RMSNORM,
-    GT_MTL_K_ROPE, GT_MTL_K_KVSTORE, GT_MTL_K_ATTN, GT_MTL_K_ACT, GT_MTL_K_COUNT
+    GT_MTL_K_ROPE, GT_MTL_K_KVSTORE, GT_MTL_K_ATTN, GT_MTL_K_ACT,
+    GT_MTL_K_MATMUL, /* built (the table covers every kernel); the plan keeps matvec for now */
+    GT_MTL_K_COUNT
 } gt_mtl_kernel;
 
 /* What a kernel's GLSL declares (and so its MSL): the bindings it uses, its push constants'

@@ -4,7 +4,9 @@
  * small buffer per pass (tokens, positions, which rows want logits, the rotary cos/sin computed
  * as the CPU does) and reads back only the logits of the rows that asked for them.
  *
- * Products: matvec.comp, one workgroup per output row, up to 8 tokens per pass over the row.
+ * Products: matvec.comp, 8 output rows per workgroup (quantized weights; one for F32/F16), up to
+ * 8 tokens per pass over a row; steps of more than 8 rows take matmul.comp for quantized weights
+ * (tiles of 32 rows x 32 tokens, the same sums in the same order).
  * Quantized weights (Q8_0, Q4_0, Q4_1, Q5_0 in blocks of 32; Q4_K, Q6_K in blocks of 256) take
  * 8-bit activations made on the device as cpu_scalar makes them (quant.comp; act_quant.h),
  * dotted in exact integer block sums; F32/F16 weights take float activations. The norms, rotary,
@@ -32,11 +34,19 @@
 #define MAX_ROWS 64 /* rows per pass: bounds the scratch */
 #define N_BIND 8    /* storage buffer bindings of the one descriptor set layout */
 #define MAX_GROUPS_X 65535u
+/* matmul.comp's tile (its TM, TN), its shared memory in bytes (its shared arrays' sizes) and the
+ * steps that take it: more rows than matvec.comp serves in one pass over a weight row */
+#define MM_TM 32u
+#define MM_TN 32u
+#define MM_SHARED 23808u
+#define MM_MIN_TOK 8u
 
-/* P_MATVEC8: matvec.comp with ROWS8 = 1 (8 rows per workgroup), for quantized weights */
-enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8, P_COUNT };
-static const char *const k_pipe_names[P_COUNT] = {"embed", "quant",   "matvec", "rmsnorm", "rope",
-                                                  "kvstore", "attn", "act",    "matvec"};
+/* P_MATVEC8: matvec.comp with ROWS8 = 1 (8 rows per workgroup), for quantized weights;
+ * P_MATMUL: matmul.comp, tiles of rows x tokens for quantized weights in longer steps */
+enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
+       P_MATMUL, P_COUNT };
+static const char *const k_pipe_names[P_COUNT] = {"embed", "quant", "matvec", "rmsnorm", "rope",
+                                                  "kvstore", "attn", "act", "matvec", "matmul"};
 
 typedef struct vbuf {
     VkBuffer buf;
@@ -89,6 +99,7 @@ typedef struct layer_recipe {
 typedef struct gt_vk_fwd {
     pthread_mutex_t lock; /* one step (or KV copy) of this model at a time */
     bool pipelines;       /* created (at the first session) */
+    bool mm;              /* matmul.comp fits the device's limits (shared memory) */
     VkDescriptorSetLayout dsl;
     VkPipelineLayout pl;
     VkPipeline pipe[P_COUNT];
@@ -479,7 +490,11 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         fw->pl = VK_NULL_HANDLE;
         return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot create a pipeline layout");
     }
+    /* matmul.comp only where the device has its shared memory (MM_SHARED) and 128 lanes */
+    const VkPhysicalDeviceLimits *lim = &c->props.limits;
+    fw->mm = lim->maxComputeSharedMemorySize >= MM_SHARED && lim->maxComputeWorkGroupInvocations >= 128;
     for (int p = 0; p < P_COUNT; p++) {
+        if (p == P_MATMUL && !fw->mm) continue; /* left VK_NULL_HANDLE: never dispatched */
         const gt_vk_spv *s = NULL;
         for (int i = 0; i < gt_vk_n_shaders && !s; i++)
             if (strcmp(gt_vk_shaders[i].name, k_pipe_names[p]) == 0) s = &gt_vk_shaders[i];
@@ -738,6 +753,7 @@ typedef struct rec {
     uint32_t n_wr, n_rd;
     bool force;    /* a barrier before the next dispatch (after one of unknown writes) */
     bool disjoint; /* the dispatches write disjoint ranges of what they share (per session) */
+    bool mm;       /* fw->mm: longer steps' quantized products take matmul.comp */
 } rec;
 
 /* The bindings each kernel writes (the others it only reads): a barrier goes before a dispatch
@@ -748,7 +764,7 @@ typedef struct rec {
 static const uint32_t k_writes[P_COUNT] = {
     [P_EMBED] = WB(3), [P_QUANT] = WB(4) | WB(5), [P_MATVEC] = WB(3), [P_RMSNORM] = WB(3),
     [P_ROPE] = WB(2) | WB(3), [P_KVSTORE] = WB(6), [P_ATTN] = WB(3) | WB(5), [P_ACT] = WB(3),
-    [P_MATVEC8] = WB(3)};
+    [P_MATVEC8] = WB(3), [P_MATMUL] = WB(3)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
     for (uint32_t i = 0; i < n; i++)
@@ -777,7 +793,8 @@ static cmd *plan_next(rec *r) {
 static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *pc, uint32_t pcs,
                      uint32_t groups) {
     if (r->failed || groups == 0) return;
-    if (pipe != P_MATVEC && pipe != P_MATVEC8 && pipe != P_QUANT) r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
+    if (pipe != P_MATVEC && pipe != P_MATVEC8 && pipe != P_MATMUL && pipe != P_QUANT)
+        r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
     const uint32_t wmask = k_writes[pipe] ? k_writes[pipe] : 0xFFu;
     bool hazard = k_writes[pipe] == 0 || r->force;
     for (uint32_t i = 0; i < N_BIND && !hazard; i++) {
@@ -934,7 +951,10 @@ static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
     const uint32_t pc[9] = {w->off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->ldy,
                             (uint32_t)acc | (selfq ? 2u : 0u), w->row0};
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
-    if (fmt >= 0) dispatch(r, P_MATVEC8, b, pc, sizeof pc, (w->n_out + 7) / 8);
+    if (fmt >= 0 && !selfq && n_tok > MM_MIN_TOK && r->mm) { /* tiles of MM_TM rows x MM_TN tokens */
+        const uint32_t tiles = ((w->n_out + MM_TM - 1) / MM_TM) * ((n_tok + MM_TN - 1) / MM_TN);
+        dispatch(r, P_MATMUL, b, pc, sizeof pc, tiles);
+    } else if (fmt >= 0) dispatch(r, P_MATVEC8, b, pc, sizeof pc, (w->n_out + 7) / 8);
     else dispatch(r, P_MATVEC, b, pc, sizeof pc, w->n_out);
 }
 
@@ -1064,7 +1084,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         }
     }
 
-    rec r = {.c = c, .fw = fw, .aq_src = VK_NULL_HANDLE, .aq_fmt = -1};
+    rec r = {.c = c, .fw = fw, .aq_src = VK_NULL_HANDLE, .aq_fmt = -1, .mm = fw->mm};
     const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
     const uint32_t hk = (uint32_t)cf->head_dim_k, nrot = (uint32_t)cf->n_rot;
     const uint32_t kd = (uint32_t)(cf->n_head_kv * cf->head_dim_k);
