@@ -109,7 +109,20 @@ typedef struct geist_engine_options {
     /* Device backends: the Vulkan loader library to open (a game shipping its own); NULL = the
      * system's (libvulkan.so.1, vulkan-1.dll, libvulkan.1.dylib / libMoltenVK.dylib). */
     const char *vulkan_loader;
+    /* Device backends (vulkan): 0 (the default): every row's attention is one workgroup per
+     * (row, head) summing in cpu_scalar's order (logits bit for bit with cpu_scalar on quantized
+     * weights with F16 KV). 1..GEIST_DEVICE_ATTN_CHUNK_MAX (4096): the split attention, for more
+     * of a GPU on long contexts: a session's rows of a step, when at most 8 (decode), attend over
+     * their positions in chunks of this many (32 a sensible start), one workgroup per (row, head,
+     * chunk), the chunks merged after (at most 64 chunks: on longer contexts a chunk takes a
+     * multiple of this); that sums in another order, so logits differ from cpu_scalar's by float
+     * rounding and, through the next product's 8-bit activations, sometimes by more
+     * (docs/VULKAN.md "Exactness"). Rows whose positions fit one chunk, and longer steps
+     * (prefill), stay unsplit. Metal always runs the unsplit attention. */
+    int32_t device_attn_chunk;
 } geist_engine_options;
+
+#define GEIST_DEVICE_ATTN_CHUNK_MAX 4096
 
 /* geist_engine_options.device_flags */
 enum {

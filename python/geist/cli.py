@@ -316,7 +316,7 @@ def _bench_npcs(ns: argparse.Namespace, name: str) -> int:
     import geist
     from geist.runtime import bench_npcs
 
-    eng = geist.Engine(backend=ns.backend, n_threads=ns.threads)
+    eng = geist.Engine(backend=ns.backend, n_threads=ns.threads, attn_chunk=ns.attn_chunk)
     m = geist.Model.load(_resolve_model(name), engine=eng)
     res = bench_npcs(m, [int(x) for x in ns.npcs.split(",")], tokens=ns.tg)
     if ns.json:
@@ -352,7 +352,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         return _bench_npcs(ns, names[0])
     rows = []
     base_rss = _rss_mib()
-    eng = geist.Engine(backend=ns.backend, n_threads=ns.threads)
+    eng = geist.Engine(backend=ns.backend, n_threads=ns.threads, attn_chunk=ns.attn_chunk)
     for name in names:
         path = _resolve_model(name)
         loads: list[float] = []
@@ -484,6 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int, default=0, help="worker threads (0: engine default)")
     b.add_argument("--kv-mode", default="f16", choices=["f32", "f16"])
     b.add_argument("--backend", default=None)
+    b.add_argument("--attn-chunk", type=int, default=0, metavar="N",
+                   help="vulkan: split decode attention into chunks of N positions (0: unsplit, "
+                        "cpu_scalar's order; docs/VULKAN.md)")
     b.add_argument("--vs-llama-cpp", action="store_true",
                    help="alternate runs with llama.cpp (tests/bench/install_llama_cpp.sh first)")
     b.add_argument("--json", action="store_true")

@@ -85,12 +85,15 @@ class Engine(_Handle):
     def __init__(self, backend: str | None = None, n_threads: int = 0,
                  exact_activations: bool = False, *, device: str | int | None = None,
                  device_memory_limit: int = 0, no_import: bool = False,
-                 vulkan_loader: str | None = None) -> None:
+                 vulkan_loader: str | None = None, attn_chunk: int = 0) -> None:
         """exact_activations: float activations in products with quantized weights (cpu_scalar
         only; the default rounds them to 8 bits first, as llama.cpp and every backend do).
         Device backends (backend="vulkan"): device picks one by index or name substring (None:
         "auto", see geist.h); device_memory_limit caps its bytes (0: none); no_import always
-        copies the weights to the device; vulkan_loader names the loader library to open."""
+        copies the weights to the device; vulkan_loader names the loader library to open;
+        attn_chunk: 0 (the default) runs every row's attention in cpu_scalar's order; N > 0
+        splits a decode row's positions into chunks of N over several workgroups (faster on long
+        contexts on a GPU, another sum order: geist.h device_attn_chunk)."""
         opts = ffi.new("geist_engine_options *")
         lib.geist_engine_options_default(opts)
         opts.activations = 1 if exact_activations else 0
@@ -105,6 +108,7 @@ class Engine(_Handle):
         self._loader_name = (ffi.new("char[]", vulkan_loader.encode()) if vulkan_loader
                              else ffi.NULL)
         opts.vulkan_loader = self._loader_name
+        opts.device_attn_chunk = attn_chunk
         out = ffi.new("geist_engine **")
         check(lib.geist_engine_create(opts, out))
         self._ptr: Any = out[0]

@@ -72,10 +72,15 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
     }
     if (o.device_flags & ~(uint32_t)GEIST_DEVICE_NO_IMPORT)
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown device_flags 0x%x", o.device_flags);
+    if (o.device_attn_chunk < 0 || o.device_attn_chunk > GEIST_DEVICE_ATTN_CHUNK_MAX)
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT,
+                              "device_attn_chunk must be 0 (never split) or 1..%d (positions per "
+                              "chunk)", GEIST_DEVICE_ATTN_CHUNK_MAX);
     void *dev_ctx = NULL;
     if (be->device) {
         const gt_dev_options dopt = {o.device, o.vulkan_loader, o.device_memory_limit,
-                                     (o.device_flags & GEIST_DEVICE_NO_IMPORT) != 0};
+                                     (o.device_flags & GEIST_DEVICE_NO_IMPORT) != 0,
+                                     o.device_attn_chunk};
         gt_err err = {0};
         if (be->device->engine_init(&dopt, &dev_ctx, &err) != GEIST_OK) {
             gt_set_thread_error(err.msg);

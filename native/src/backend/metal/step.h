@@ -31,13 +31,14 @@
 #define GT_MTL_N_BIND 8         /* bindings 0..7 of descriptor set 0 */
 #define GT_MTL_MAX_GROUPS_X 65535u /* as vulkan: matvec reads row = x + y * numgroups.x */
 #define GT_MTL_BIND_ALIGN 256u  /* offsets given to setBuffer:offset:atIndex: */
-#define GT_MTL_PC_WORDS 21      /* the largest push-constant block (attn): 84 bytes */
+#define GT_MTL_PC_WORDS 24      /* the largest push-constant block (attn_part): 96 bytes */
 
 typedef enum gt_mtl_kernel {
     GT_MTL_K_EMBED, GT_MTL_K_QUANT, GT_MTL_K_MATVEC, GT_MTL_K_RMSNORM,
     GT_MTL_K_ROPE, GT_MTL_K_KVSTORE, GT_MTL_K_ATTN, GT_MTL_K_ACT,
-    GT_MTL_K_MATMUL, /* built (the table covers every kernel); the plan keeps matvec for now */
-    GT_MTL_K_COUNT
+    /* vulkan's, translated and checked (test_msl.py) but not in this plan: the split attention
+     * (vk_forward.c's device_attn_chunk) and the prefill product (the plan keeps matvec) */
+    GT_MTL_K_ATTN_PART, GT_MTL_K_ATTN_MERGE, GT_MTL_K_MATMUL, GT_MTL_K_COUNT
 } gt_mtl_kernel;
 
 /* What a kernel's GLSL declares (and so its MSL): the bindings it uses, its push constants'

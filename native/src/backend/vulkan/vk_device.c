@@ -264,6 +264,7 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
                          c->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     c->memory_limit = o->memory_limit;
     c->allow_import = import;
+    c->attn_chunk = o->attn_chunk;
     *out = c;
     return GEIST_OK;
 }

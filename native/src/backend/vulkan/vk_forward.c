@@ -42,11 +42,23 @@
 #define MM_MIN_TOK 8u
 
 /* P_MATVEC8: matvec.comp with ROWS8 = 1 (8 rows per workgroup), for quantized weights;
+ * P_ATTN_PART, P_ATTN_MERGE: the split attention of decode rows (split_of below);
  * P_MATMUL: matmul.comp, tiles of rows x tokens for quantized weights in longer steps */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
-       P_MATMUL, P_COUNT };
-static const char *const k_pipe_names[P_COUNT] = {"embed", "quant", "matvec", "rmsnorm", "rope",
-                                                  "kvstore", "attn", "act", "matvec", "matmul"};
+       P_ATTN_PART, P_ATTN_MERGE, P_MATMUL, P_COUNT };
+static const char *const k_pipe_names[P_COUNT] = {
+    "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
+    "attn_part", "attn_merge", "matmul"};
+
+/* The split attention (attn_part.comp, attn_merge.comp), when the engine asks for it
+ * (device_attn_chunk > 0; by default every row runs attn.comp, cpu_scalar's order): a session's
+ * rows of a pass, when at most SPLIT_ROWS (decode), attend in chunks of attn_chunk positions,
+ * one workgroup per (row, head, chunk), merged after; at most MAX_SPLIT chunks (past that the
+ * chunk grows by whole attn_chunks), SPLIT_SH positions a chunk (attn_part.comp's shared
+ * scores). Rows whose positions fill one chunk run attn.comp. */
+#define SPLIT_ROWS 8u
+#define MAX_SPLIT 64u /* attn_merge.comp's MAX_SPLIT */
+#define SPLIT_SH 4096u
 
 typedef struct vbuf {
     VkBuffer buf;
@@ -118,6 +130,8 @@ typedef struct gt_vk_fwd {
     wref *lw; /* n_layer * W_PER_LAYER */
     int32_t cap_rows, cap_ctx;
     vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg, lgh; /* lgh: logits' readback */
+    vbuf ap;            /* the split attention's partials: MAX_ROWS x n_head x cap_split chunks */
+    uint32_t cap_split; /* chunks per (row, head) ap holds (0: no split) */
     uint64_t scratch_bytes;
     dset *ds; /* ds_cap, n_ds made (from dpool) */
     uint32_t n_ds, ds_cap;
@@ -350,7 +364,8 @@ void gt_vk_fwd_free(gt_vk_model *vm) {
     if (!fw) return;
     gt_vk_ctx *c = vm->ctx;
     vbuf *bufs[] = {&fw->norms, &fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o,
-                    &fw->gate, &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh};
+                    &fw->gate, &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh,
+                    &fw->ap};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         vbuf_free(c, bufs[i], &vm->memory.device_local);
     for (int i = 0; i < P_COUNT; i++)
@@ -570,6 +585,25 @@ static void forget_recordings(gt_vk_model *vm) {
     fw->n_ds = 0;
 }
 
+/* How a session's rows of a pass attend over n_ctx positions at most (its last row's, within
+ * the layer's window): in chunks of ch positions (the engine's attn_chunk times the least k that
+ * keeps them at most MAX_SPLIT), n of them; n = 1 (attn.comp, cpu_scalar's order) when the
+ * engine never splits, the rows are more than SPLIT_ROWS, they fill one chunk, a chunk would
+ * exceed SPLIT_SH or the partials hold fewer chunks (cap). */
+typedef struct split {
+    uint32_t ch, n;
+} split;
+
+static split split_of(const gt_vk_ctx *c, uint32_t n_rows, uint32_t n_ctx, uint32_t cap) {
+    const split one = {n_ctx, 1};
+    if (c->attn_chunk <= 0 || n_rows > SPLIT_ROWS || n_ctx <= (uint32_t)c->attn_chunk) return one;
+    const uint64_t base = (uint64_t)c->attn_chunk;
+    const uint64_t ch = base * ((n_ctx + base * MAX_SPLIT - 1) / (base * MAX_SPLIT));
+    const uint64_t n = (n_ctx + ch - 1) / ch;
+    if (ch > SPLIT_SH || n > cap) return one;
+    return (split){(uint32_t)ch, (uint32_t)n};
+}
+
 /* scratch for `rows` rows attending over up to `ctx` positions */
 static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_err *err) {
     gt_vk_fwd *fw = vm->fwd;
@@ -584,10 +618,18 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     const gt_config *cf = &vm->model->cfg;
     uint64_t *acct = &vm->memory.device_local;
     vbuf *bufs[] = {&fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o, &fw->gate,
-                    &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh};
+                    &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh, &fw->ap};
     forget_recordings(vm); /* they bind the buffers freed here */
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) vbuf_free(c, bufs[i], acct);
     fw->cap_rows = fw->cap_ctx = 0;
+    fw->cap_split = 0;
+    /* the partials' chunks per (row, head): every split of ctx positions or fewer (split_of's
+     * n <= ctx / attn_chunk rounded up, <= MAX_SPLIT) */
+    uint32_t n_split = 0;
+    if (c->attn_chunk > 0 && ctx > c->attn_chunk) {
+        n_split = (uint32_t)((ctx + c->attn_chunk - 1) / c->attn_chunk);
+        if (n_split > MAX_SPLIT) n_split = MAX_SPLIT;
+    }
     const uint64_t R = (uint64_t)rows, F = sizeof(float);
     const uint64_t d = (uint64_t)cf->d_model, nff = (uint64_t)cf->n_ff;
     const uint64_t qd = (uint64_t)cf->n_head * (uint64_t)cf->head_dim_k;
@@ -608,6 +650,8 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
         {&fw->in, (R * 5 + 2 * R * (uint64_t)cf->n_rot) * 4, VB_UPLOAD}, /* two rotary tables */
         {&fw->lg, R * (uint64_t)cf->n_vocab * F, VB_DEVICE},
         {&fw->lgh, R * (uint64_t)cf->n_vocab * F, VB_READBACK},
+        {&fw->ap, n_split > 1 ? R * (uint64_t)cf->n_head * n_split *
+                                    ((uint64_t)cf->head_dim_v + 2) * F : 16, VB_DEVICE},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         geist_status st = vbuf_make(c, want[i].bytes, want[i].kind, want[i].b, acct,
@@ -619,6 +663,7 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     }
     fw->cap_rows = rows;
     fw->cap_ctx = ctx;
+    fw->cap_split = n_split > 1 ? n_split : 0;
     return GEIST_OK;
 }
 
@@ -764,7 +809,8 @@ typedef struct rec {
 static const uint32_t k_writes[P_COUNT] = {
     [P_EMBED] = WB(3), [P_QUANT] = WB(4) | WB(5), [P_MATVEC] = WB(3), [P_RMSNORM] = WB(3),
     [P_ROPE] = WB(2) | WB(3), [P_KVSTORE] = WB(6), [P_ATTN] = WB(3) | WB(5), [P_ACT] = WB(3),
-    [P_MATVEC8] = WB(3), [P_MATMUL] = WB(3)};
+    [P_MATVEC8] = WB(3), [P_ATTN_PART] = WB(5), [P_ATTN_MERGE] = WB(3),
+    [P_MATMUL] = WB(3)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
     for (uint32_t i = 0; i < n; i++)
@@ -1004,10 +1050,11 @@ static void rec_kvstore(rec *r, const gt_config *cf, const grp *G, int32_t il, b
     dispatch(r, P_KVSTORE, b, pc, sizeof pc, (inv + 63) / 64);
 }
 
-/* a group's rows attend over the positions each sees (attn.comp): the prefix's rows, the own
- * rows, with stage_pos0 (else UINT32_MAX) the pass's rows from the stage */
+/* a group's rows attend over the positions each sees (attn.comp; sp.n > 1: attn_part.comp's
+ * chunks into the partials, rec_attn_merge after): the prefix's rows, the own rows, with
+ * stage_pos0 (else UINT32_MAX) the pass's rows from the stage */
 static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint32_t window,
-                     uint32_t stage_pos0) {
+                     uint32_t stage_pos0, split sp) {
     const gt_dev_kv *kv = G->kv, *pk = G->prefix;
     const uint32_t k_at = (uint32_t)kv->at[il];
     const uint32_t sk_at = (uint32_t)kv->stage_at;
@@ -1016,6 +1063,7 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
         float scale;
         uint32_t window, n_prefix, rows, stage_pos0, stage_row0, sk_at, sv_at, pmode, pk_at,
             pv_at, prows;
+        uint32_t n_split, ch, sp_stride; /* attn_part.comp's */
     } pc = {(uint32_t)G->r0, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv,
             (uint32_t)cf->head_dim_k, (uint32_t)cf->head_dim_v, k_at,
             k_at + (uint32_t)((uint64_t)kv->rows[il] * kv->krow / 4), (uint32_t)kv->mode,
@@ -1024,10 +1072,25 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
             sk_at + (uint32_t)((uint64_t)MAX_ROWS * kv->krow / 4),
             pk ? (uint32_t)pk->mode : (uint32_t)kv->mode, pk ? (uint32_t)pk->at[il] : 0u,
             pk ? (uint32_t)(pk->at[il] + (uint64_t)pk->rows[il] * pk->krow / 4) : 0u,
-            pk ? (uint32_t)pk->rows[il] : 1u};
+            pk ? (uint32_t)pk->rows[il] : 1u, sp.n, sp.ch, r->fw->cap_split};
+    const uint32_t heads = (uint32_t)G->n * (uint32_t)cf->n_head;
+    if (sp.n > 1) {
+        const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
+                                    0, 0, r->fw->ap.buf, kv->b.buf, 0};
+        dispatch(r, P_ATTN_PART, b, &pc, sizeof pc, heads * sp.n);
+        return;
+    }
     const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
                                 r->fw->att.buf, 0, r->fw->sc.buf, kv->b.buf, 0};
-    dispatch(r, P_ATTN, b, &pc, sizeof pc, (uint32_t)G->n * (uint32_t)cf->n_head);
+    dispatch(r, P_ATTN, b, &pc, 21 * sizeof(uint32_t), heads); /* attn.comp's fields */
+}
+
+/* the chunks of a split group's rows merged into their attention output (attn_merge.comp) */
+static void rec_attn_merge(rec *r, const gt_config *cf, const grp *G, uint32_t window, split sp) {
+    const uint32_t pc[6] = {(uint32_t)G->r0, (uint32_t)cf->n_head, (uint32_t)cf->head_dim_v,
+                            window, sp.ch, r->fw->cap_split};
+    const VkBuffer b[N_BIND] = {0, r->fw->in.buf, 0, r->fw->att.buf, 0, r->fw->ap.buf, 0, 0};
+    dispatch(r, P_ATTN_MERGE, b, pc, sizeof pc, (uint32_t)G->n * (uint32_t)cf->n_head);
 }
 
 /* one pass over rows [0, n) (n <= MAX_ROWS) */
@@ -1142,10 +1205,23 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             staged[g] = G->n > 1 && G->kv->rows[il] < G->kv->max_seq - G->n_prefix;
             rec_kvstore(&r, cf, G, il, staged[g]);
         }
+        /* decode rows in chunks of positions (split_of), all groups' chunks, then their merges */
+        split sp[MAX_ROWS];
+        bool any_split = false;
         for (int32_t g = 0; g < n_groups; g++) {
+            const grp *G = &groups[g];
+            uint32_t n_ctx = (uint32_t)rows[G->r0 + G->n - 1].pos + 1;
+            if (R->window > 0 && n_ctx > R->window) n_ctx = R->window;
+            sp[g] = split_of(c, (uint32_t)G->n, n_ctx, fw->cap_split);
+            if ((uint64_t)G->n * (uint64_t)cf->n_head * sp[g].n >= MAX_GROUPS_X) sp[g].n = 1;
+            any_split = any_split || sp[g].n > 1;
             r.disjoint = g > 0; /* after the first: each session's own rows of att and scores */
-            rec_attn(&r, cf, &groups[g], il, R->window,
-                     staged[g] ? (uint32_t)rows[groups[g].r0].pos : UINT32_MAX);
+            rec_attn(&r, cf, G, il, R->window,
+                     staged[g] ? (uint32_t)rows[G->r0].pos : UINT32_MAX, sp[g]);
+        }
+        for (int32_t g = 0; any_split && g < n_groups; g++) {
+            r.disjoint = true; /* each session's own rows of att (the partials' reads: a barrier) */
+            if (sp[g].n > 1) rec_attn_merge(&r, cf, &groups[g], R->window, sp[g]);
         }
         r.disjoint = false;
         for (int32_t g = 0; g < n_groups; g++)
