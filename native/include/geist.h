@@ -128,7 +128,11 @@ typedef struct geist_engine_options {
 enum {
     /* Never read the weights in place through host-pointer import: always copy them to the
      * device (the fallback a device that refuses the import gets anyway). */
-    GEIST_DEVICE_NO_IMPORT = 1u << 0
+    GEIST_DEVICE_NO_IMPORT = 1u << 0,
+    /* Profile the device steps: a timestamp after every dispatch (the GPU then idles a little
+     * between dispatches: a few percent slower), and geist_model_device_stats splits the GPU
+     * time by what the dispatches do (role_ns, role_calls). Without it those stay 0. */
+    GEIST_DEVICE_PROFILE = 1u << 1
 };
 
 GEIST_API void geist_engine_options_default(geist_engine_options *opts);
@@ -236,10 +240,30 @@ GEIST_API geist_status geist_model_memory(const geist_model *model, geist_memory
  * the device finished), readback_ns (copying logits out to the caller). gpu_ns: the device's own
  * time between timestamps at the start and end of the pass, summed over gpu_timed passes (0
  * where the queue keeps no timestamps). */
+/* With GEIST_DEVICE_PROFILE: role_ns[r] is the GPU time (nanoseconds, by the timestamps between
+ * dispatches: a dispatch's time includes its wait at the barrier before it) of the dispatches of
+ * role r (geist_device_role), role_calls[r] their count; role_ns sums to gpu_ns. */
+typedef enum geist_device_role {
+    GEIST_ROLE_EMBED = 0,   /* the token embeddings */
+    GEIST_ROLE_QKV,         /* the attention norm and the Q, K, V products (rotary inside) */
+    GEIST_ROLE_QK_ROPE,     /* QK norms and the rotary kernel where they are not inside */
+    GEIST_ROLE_KV_STORE,    /* K and V rows into the sessions' caches */
+    GEIST_ROLE_ATTENTION,   /* scores, softmax and the sum of V (each chunk's, when split) */
+    GEIST_ROLE_ATTN_MERGE,  /* the split attention's merge */
+    GEIST_ROLE_ATTN_OUT,    /* the output projection into the residual (post-norm included) */
+    GEIST_ROLE_FFN_UP,      /* the FFN norm and the gate/up products */
+    GEIST_ROLE_FFN_ACT,     /* the gated activation where it is not inside a product */
+    GEIST_ROLE_FFN_DOWN,    /* the down product into the residual (post-norm included) */
+    GEIST_ROLE_OUTPUT,      /* the output norm and the logits product */
+    GEIST_ROLE_LOGITS_COPY, /* the logits into host-readable memory */
+    GEIST_DEVICE_ROLES
+} geist_device_role;
+
 typedef struct geist_device_stats {
     uint32_t struct_size;
     uint64_t passes, rows, logit_rows, dispatches, barriers, recorded;
     uint64_t plan_ns, record_ns, wait_ns, readback_ns, gpu_ns, gpu_timed;
+    uint64_t role_ns[16], role_calls[16]; /* GEIST_DEVICE_ROLES of them used (profiling) */
 } geist_device_stats;
 
 GEIST_API geist_status geist_model_device_stats(const geist_model *model, geist_device_stats *out);

@@ -107,6 +107,11 @@ EVENT_TOKEN: int = _EVENTS["GEIST_EVENT_TOKEN"]
 EVENT_FINISHED: int = _EVENTS["GEIST_EVENT_FINISHED"]
 EVENT_FAILED: int = _EVENTS["GEIST_EVENT_FAILED"]
 EVENT_ACTION: int = _EVENTS["GEIST_EVENT_ACTION"]
+# GEIST_DEVICE_PROFILE's roles by name ("qkv", "attention", ...), in the header's order
+DEVICE_ROLES: dict[str, int] = {
+    k.removeprefix("GEIST_ROLE_").lower(): v for k, v in _enum("geist_device_role").items()
+    if k != "GEIST_DEVICE_ROLES"
+}
 FINISH_REASONS: dict[int, str] = {
     v: k.removeprefix("GEIST_FINISH_").lower() for k, v in _enum("geist_finish_reason").items()
 }

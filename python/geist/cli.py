@@ -244,9 +244,12 @@ DEVICE_BANDWIDTH = {"H200": 4.8e12}
 
 
 def _device_split(before: dict[str, int], after: dict[str, int], tokens: int, wall_s: float,
-                  weight_bytes: int, device: str) -> dict[str, Any]:
+                  weight_bytes: int, device: str,
+                  roles: tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]] | None = None
+                  ) -> dict[str, Any]:
     """Per generated token: the host's phases and the GPU's time from a device model's counters
-    (Model.device_stats) around a decode run, and the fraction of the memory-bandwidth bound."""
+    (Model.device_stats) around a decode run, and the fraction of the memory-bandwidth bound;
+    with roles (Model.device_profile() before and after, --profile) the GPU's time by role."""
     d = {k: after[k] - before[k] for k in after}
     per = 1e-6 / max(tokens, 1)  # ns summed over the run -> ms per token
     out: dict[str, Any] = {
@@ -261,6 +264,10 @@ def _device_split(before: dict[str, int], after: dict[str, int], tokens: int, wa
     bw = next((v for k, v in DEVICE_BANDWIDTH.items() if k in device), None)
     out["bandwidth"] = bw
     out["bandwidth_fraction"] = (weight_bytes * tokens / wall_s / bw) if bw and wall_s > 0 else None
+    if roles is not None:  # ms and dispatches per token by role
+        b, a = roles
+        out["roles"] = {k: ((a[k][0] - b[k][0]) * per, (a[k][1] - b[k][1]) / max(tokens, 1))
+                        for k in a if a[k][1] > b[k][1]}
     return out
 
 
@@ -281,6 +288,11 @@ def _print_split(model: str, device: str, sp: dict[str, Any]) -> None:
     else:
         line += " (no bandwidth figure for this device: geist.cli.DEVICE_BANDWIDTH)"
     print(line)
+    if sp.get("roles"):
+        print("  GPU time per token by role (--profile; a timestamp after every dispatch):")
+        for k, (ms, calls) in sorted(sp["roles"].items(), key=lambda kv: -kv[1][0]):
+            print(f"    {k:<13} {1e3 * ms:8.1f} us  {calls:6.1f} dispatches  "
+                  f"{1e3 * ms / max(calls, 1e-9):7.2f} us each")
 
 
 def _bench_vs_llama(ns: argparse.Namespace) -> int:
@@ -352,7 +364,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         return _bench_npcs(ns, names[0])
     rows = []
     base_rss = _rss_mib()
-    eng = geist.Engine(backend=ns.backend, n_threads=ns.threads, attn_chunk=ns.attn_chunk)
+    eng = geist.Engine(backend=ns.backend, n_threads=ns.threads, attn_chunk=ns.attn_chunk,
+                       device_profile=ns.profile)
     for name in names:
         path = _resolve_model(name)
         loads: list[float] = []
@@ -375,16 +388,18 @@ def cmd_bench(ns: argparse.Namespace) -> int:
             with model.session(max_seq_len=n_ctx, kv_mode=ns.kv_mode) as s:
                 s.prefill(prompt)
                 before = model.device_stats()
+                prof0 = model.device_profile() if ns.profile else None
                 t0 = time.perf_counter()
                 for _ in range(ns.tg):
                     s.step()
                 wall = time.perf_counter() - t0
                 tgs.append(ns.tg / wall)
                 after = model.device_stats()
+                roles = (prof0, model.device_profile()) if prof0 is not None else None
                 if after["passes"] > before["passes"]:  # a device backend: where the time went
                     splits.append(_device_split(before, after, ns.tg, wall,
                                                 int(model.info.get("weight_bytes", 0)),
-                                                eng.device or ""))
+                                                eng.device or "", roles))
             backend = model.backend
             model.close()
         row: dict[str, object] = {"model": path.name, "backend": backend, "runs": ns.runs,
@@ -487,6 +502,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--attn-chunk", type=int, default=0, metavar="N",
                    help="vulkan: split decode attention into chunks of N positions (0: unsplit, "
                         "cpu_scalar's order; docs/VULKAN.md)")
+    b.add_argument("--profile", action="store_true",
+                   help="vulkan: time every dispatch and print the decode's GPU time by role")
     b.add_argument("--vs-llama-cpp", action="store_true",
                    help="alternate runs with llama.cpp (tests/bench/install_llama_cpp.sh first)")
     b.add_argument("--json", action="store_true")

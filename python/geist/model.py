@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from geist._binding import ERR_BUFFER_TOO_SMALL, OK, check, ffi, lib
+from geist._binding import DEVICE_ROLES, ERR_BUFFER_TOO_SMALL, OK, check, ffi, lib
 from geist.errors import GeistError, StateError
 from geist.generate import ContextPolicy, GenerationResult, Piece
 from geist.sampling import SamplerOptions
@@ -85,7 +85,8 @@ class Engine(_Handle):
     def __init__(self, backend: str | None = None, n_threads: int = 0,
                  exact_activations: bool = False, *, device: str | int | None = None,
                  device_memory_limit: int = 0, no_import: bool = False,
-                 vulkan_loader: str | None = None, attn_chunk: int = 0) -> None:
+                 vulkan_loader: str | None = None, attn_chunk: int = 0,
+                 device_profile: bool = False) -> None:
         """exact_activations: float activations in products with quantized weights (cpu_scalar
         only; the default rounds them to 8 bits first, as llama.cpp and every backend do).
         Device backends (backend="vulkan"): device picks one by index or name substring (None:
@@ -93,7 +94,9 @@ class Engine(_Handle):
         copies the weights to the device; vulkan_loader names the loader library to open;
         attn_chunk: 0 (the default) runs every row's attention in cpu_scalar's order; N > 0
         splits a decode row's positions into chunks of N over several workgroups (faster on long
-        contexts on a GPU, another sum order: geist.h device_attn_chunk)."""
+        contexts on a GPU, another sum order: geist.h device_attn_chunk); device_profile: a
+        timestamp after every dispatch, so Model.device_profile() splits the GPU time by role
+        (GEIST_DEVICE_PROFILE; a few percent slower)."""
         opts = ffi.new("geist_engine_options *")
         lib.geist_engine_options_default(opts)
         opts.activations = 1 if exact_activations else 0
@@ -104,7 +107,8 @@ class Engine(_Handle):
                              else ffi.NULL)
         opts.device = self._device_name
         opts.device_memory_limit = device_memory_limit
-        opts.device_flags = 1 if no_import else 0
+        opts.device_flags = ((lib.GEIST_DEVICE_NO_IMPORT if no_import else 0)
+                             | (lib.GEIST_DEVICE_PROFILE if device_profile else 0))
         self._loader_name = (ffi.new("char[]", vulkan_loader.encode()) if vulkan_loader
                              else ffi.NULL)
         opts.vulkan_loader = self._loader_name
@@ -256,6 +260,15 @@ class Model(_Handle):
         return {k: int(getattr(st, k)) for k in (
             "passes", "rows", "logit_rows", "dispatches", "barriers", "recorded", "plan_ns",
             "record_ns", "wait_ns", "readback_ns", "gpu_ns", "gpu_timed")}
+
+    def device_profile(self) -> dict[str, tuple[int, int]]:
+        """With Engine(device_profile=True): the GPU nanoseconds and dispatch count by role
+        since load (geist.h geist_device_role: "qkv", "attention", "ffn_down", ...); zeros
+        otherwise."""
+        st = ffi.new("geist_device_stats *")
+        check(lib.geist_model_device_stats(self._require(), st))
+        return {name: (int(st.role_ns[i]), int(st.role_calls[i]))
+                for name, i in DEVICE_ROLES.items()}
 
     # -- text ------------------------------------------------------------------------------------
 

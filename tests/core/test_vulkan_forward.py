@@ -252,6 +252,47 @@ def test_decode_steps_replay_one_recording_with_fused_products() -> None:
     ec.close()
 
 
+def test_device_profile_splits_the_gpu_time_by_role() -> None:
+    # GEIST_DEVICE_PROFILE (Engine(device_profile=True)): a timestamp after every dispatch; each
+    # dispatch is counted under its role (the logits copy too), the roles' times sum to the
+    # passes' GPU time, and the logits are the unprofiled engine's bit for bit
+    path = testing.fixture_path("llama", "Q4_1")
+    logits: dict[bool, list[np.ndarray]] = {}
+    for prof in (False, True):
+        eng = geist.Engine(backend="vulkan", device_profile=prof)
+        with geist.Model.load(path, engine=eng) as m:
+            n_layer = int(m.info["n_layer"])
+            s = m.session(max_seq_len=64)
+            s.eval(PROMPT)
+            s.step(None)
+            before, p0 = m.device_stats(), m.device_profile()
+            logits[prof] = []
+            for _ in range(4):
+                s.step(None)
+                logits[prof].append(s.logits().copy())
+            after, p1 = m.device_stats(), m.device_profile()
+            s.close()
+        eng.close()
+        d = {k: after[k] - before[k] for k in after}
+        roles = {k: (p1[k][0] - p0[k][0], p1[k][1] - p0[k][1]) for k in p1}
+        if not prof:
+            assert set(roles.values()) == {(0, 0)}
+            continue
+        if d["gpu_timed"] == 0:
+            pytest.skip("this queue keeps no timestamps")
+        calls = {k: c for k, (_, c) in roles.items() if c}
+        assert sum(calls.values()) == d["dispatches"] + 4, calls  # + the logits copies
+        assert calls["embed"] == calls["logits_copy"] == 4
+        for k in ("qkv", "kv_store", "attention", "attn_out", "ffn_up", "ffn_down"):
+            assert calls[k] % (4 * n_layer) == 0 and calls[k] > 0, (k, calls)
+        assert calls["output"] >= 4
+        total = sum(ns for ns, _ in roles.values())
+        assert total == pytest.approx(d["gpu_ns"], rel=1e-6, abs=4 * 1000), (total, d["gpu_ns"])
+        assert all(ns > 0 for k, (ns, c) in roles.items() if c and k != "logits_copy"), roles
+    for a, b in zip(logits[False], logits[True], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_attn_chunk_out_of_range_is_refused() -> None:
     for bad in (-1, 4097):
         with pytest.raises(GeistError, match=r"device_attn_chunk must be 0"):

@@ -70,7 +70,7 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
     } else if (o.activations != GEIST_ACTIVATIONS_Q8) {
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown activations mode %d", o.activations);
     }
-    if (o.device_flags & ~(uint32_t)GEIST_DEVICE_NO_IMPORT)
+    if (o.device_flags & ~(uint32_t)(GEIST_DEVICE_NO_IMPORT | GEIST_DEVICE_PROFILE))
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown device_flags 0x%x", o.device_flags);
     if (o.device_attn_chunk < 0 || o.device_attn_chunk > GEIST_DEVICE_ATTN_CHUNK_MAX)
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT,
@@ -80,7 +80,8 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
     if (be->device) {
         const gt_dev_options dopt = {o.device, o.vulkan_loader, o.device_memory_limit,
                                      (o.device_flags & GEIST_DEVICE_NO_IMPORT) != 0,
-                                     o.device_attn_chunk};
+                                     o.device_attn_chunk,
+                                     (o.device_flags & GEIST_DEVICE_PROFILE) != 0};
         gt_err err = {0};
         if (be->device->engine_init(&dopt, &dev_ctx, &err) != GEIST_OK) {
             gt_set_thread_error(err.msg);
@@ -256,6 +257,9 @@ geist_status geist_model_memory(const geist_model *m, geist_memory_report *out) 
     return GEIST_OK;
 }
 
+_Static_assert(GEIST_DEVICE_ROLES <= sizeof ((geist_device_stats *)0)->role_ns / sizeof(uint64_t),
+               "geist_device_stats holds every role");
+
 geist_status geist_model_device_stats(const geist_model *m, geist_device_stats *out) {
     if (!m || !out) return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "model and out must not be NULL");
     memset(out, 0, sizeof *out);
@@ -275,6 +279,10 @@ geist_status geist_model_device_stats(const geist_model *m, geist_device_stats *
         out->readback_ns = d.readback_ns;
         out->gpu_ns = d.gpu_ns;
         out->gpu_timed = d.gpu_timed;
+        for (int r = 0; r < GEIST_DEVICE_ROLES; r++) {
+            out->role_ns[r] = d.role_ns[r];
+            out->role_calls[r] = d.role_calls[r];
+        }
     }
     return GEIST_OK;
 }

@@ -99,6 +99,7 @@ typedef struct gt_dev_options {
     uint64_t memory_limit; /* most device bytes the backend may allocate; 0: the device's */
     bool no_import;        /* never import host pointers (copy instead) */
     int32_t attn_chunk;    /* geist_engine_options.device_attn_chunk (checked: 0..4096) */
+    bool profile;          /* GEIST_DEVICE_PROFILE: a timestamp after every dispatch */
 } gt_dev_options;
 
 /* A device's forward-pass counters since the model's load (geist_model_device_stats): passes
@@ -111,6 +112,7 @@ typedef struct gt_dev_options {
 typedef struct gt_dev_stats {
     uint64_t passes, rows, logit_rows, dispatches, barriers, recorded;
     uint64_t plan_ns, record_ns, wait_ns, readback_ns, gpu_ns, gpu_timed;
+    uint64_t role_ns[GEIST_DEVICE_ROLES], role_calls[GEIST_DEVICE_ROLES]; /* profiling */
 } gt_dev_stats;
 
 typedef struct gt_device_ops {

@@ -113,6 +113,7 @@ typedef struct gt_vk_ctx {
     _Atomic uint64_t used; /* device bytes allocated by this engine's models and sessions */
     bool allow_import;     /* the engine allows host-pointer import */
     int32_t attn_chunk;    /* the split attention's positions per chunk (vk_forward.c); 0: never */
+    bool profile;          /* a timestamp after every dispatch (GEIST_DEVICE_PROFILE) */
     pthread_mutex_t queue_lock; /* the queue and command pool: one submitter at a time */
 } gt_vk_ctx;
 

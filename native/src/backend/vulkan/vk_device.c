@@ -265,6 +265,7 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
     c->memory_limit = o->memory_limit;
     c->allow_import = import;
     c->attn_chunk = o->attn_chunk;
+    c->profile = o->profile;
     *out = c;
     return GEIST_OK;
 }

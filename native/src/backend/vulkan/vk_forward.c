@@ -86,6 +86,7 @@ enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_PER_LAYER };
 enum { CMD_DISPATCH, CMD_COPY_LOGITS };
 typedef struct cmd {
     uint32_t kind, pipe, barrier, pcs; /* barrier: a memory barrier before this command */
+    uint32_t role;                     /* geist_device_role: what it is for (profiling) */
     uint32_t gx, gy;
     VkBuffer bind[N_BIND]; /* VK_NULL_HANDLE: unused (a placeholder is bound) */
     uint32_t pc[32];       /* push constants (128 bytes, the layout's range) */
@@ -138,7 +139,10 @@ typedef struct gt_vk_fwd {
     cmd *plan, *last; /* this pass's commands, and those the command buffer holds (n_last) */
     uint32_t plan_cap, n_last;
     bool cb_valid;    /* cb holds `last`, resubmittable */
-    VkQueryPool qp;   /* 2 timestamps around a pass, where the queue has them */
+    VkQueryPool qp;   /* 2 timestamps around a pass, where the queue has them; profiling: one
+                       * before the pass and one after every command (qp_cap of them) */
+    uint32_t qp_cap;
+    uint64_t *ts;     /* profiling: the timestamps read back (qp_cap) */
     double ts_ns;     /* nanoseconds per timestamp tick */
     uint64_t ts_mask; /* the valid bits */
     gt_dev_stats stats; /* since the model's load (backend.h) */
@@ -374,6 +378,7 @@ void gt_vk_fwd_free(gt_vk_model *vm) {
     if (fw->dsl) c->f.DestroyDescriptorSetLayout(c->dev, fw->dsl, NULL);
     if (fw->dpool) c->f.DestroyDescriptorPool(c->dev, fw->dpool, NULL);
     if (fw->qp) c->f.DestroyQueryPool(c->dev, fw->qp, NULL);
+    free(fw->ts);
     if (fw->fence) c->f.DestroyFence(c->dev, fw->fence, NULL);
     if (fw->cpool) c->f.DestroyCommandPool(c->dev, fw->cpool, NULL);
     pthread_mutex_destroy(&fw->lock);
@@ -567,6 +572,7 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         const VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
                                            .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 2};
         if (c->f.CreateQueryPool(c->dev, &qci, NULL, &fw->qp) != VK_SUCCESS) fw->qp = VK_NULL_HANDLE;
+        fw->qp_cap = fw->qp ? 2 : 0;
         fw->ts_ns = c->props.limits.timestampPeriod;
         fw->ts_mask = bits >= 64 ? UINT64_MAX : (1ull << bits) - 1;
     }
@@ -799,6 +805,7 @@ typedef struct rec {
     bool force;    /* a barrier before the next dispatch (after one of unknown writes) */
     bool disjoint; /* the dispatches write disjoint ranges of what they share (per session) */
     bool mm;       /* fw->mm: longer steps' quantized products take matmul.comp */
+    uint32_t role; /* geist_device_role of the dispatches planned now */
 } rec;
 
 /* The bindings each kernel writes (the others it only reads): a barrier goes before a dispatch
@@ -856,6 +863,7 @@ static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *
     if (!e) return;
     e->kind = CMD_DISPATCH;
     e->pipe = (uint32_t)pipe;
+    e->role = r->role;
     e->barrier = r->n > 1 && r->n_wr + r->n_rd == 0; /* the first needs none (host writes: submit) */
     e->pcs = pcs;
     memcpy(e->bind, bind, sizeof e->bind);
@@ -902,6 +910,25 @@ static void barrier(gt_vk_ctx *c, VkCommandBuffer cb, VkAccessFlags src, VkAcces
     c->f.CmdPipelineBarrier(cb, from, to, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
+/* Profiling: a query pool of at least n timestamps (and room to read them), where the queue
+ * keeps timestamps (fw->qp made); false when it cannot be made (the pass is then timed as a
+ * whole). No pass is in flight (under the lock, each waits for its fence). */
+static bool ensure_queries(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
+    if (!fw->qp || fw->qp_cap >= n) return fw->qp != VK_NULL_HANDLE;
+    const uint32_t cap = 2 * n;
+    uint64_t *ts = realloc(fw->ts, cap * sizeof *ts);
+    if (!ts) return false;
+    fw->ts = ts;
+    const VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                       .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = cap};
+    VkQueryPool qp;
+    if (c->f.CreateQueryPool(c->dev, &qci, NULL, &qp) != VK_SUCCESS) return false;
+    c->f.DestroyQueryPool(c->dev, fw->qp, NULL);
+    fw->qp = qp;
+    fw->qp_cap = cap;
+    return true;
+}
+
 /* the command buffer from the plan (n commands); false on a failure */
 static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
     const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
@@ -909,8 +936,9 @@ static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
         return false;
     VkCommandBuffer cb = fw->cb;
     const VkPipelineStageFlags CS = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+    const bool prof = c->profile && fw->qp_cap >= n + 1; /* ensure_queries made them */
     if (fw->qp) {
-        c->f.CmdResetQueryPool(cb, fw->qp, 0, 2);
+        c->f.CmdResetQueryPool(cb, fw->qp, 0, prof ? n + 1 : 2);
         c->f.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, fw->qp, 0);
     }
     int last_pipe = -1;
@@ -927,6 +955,7 @@ static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
             c->f.CmdCopyBuffer(cb, fw->lg.buf, fw->lgh.buf, 1, &bc);
             barrier(c, cb, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT,
                     VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT);
+            if (prof) c->f.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, fw->qp, i + 1);
             continue;
         }
         const VkDescriptorSet set = dset_for(c, fw, e->bind);
@@ -937,8 +966,9 @@ static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
         c->f.CmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, fw->pl, 0, 1, &set, 0, NULL);
         c->f.CmdPushConstants(cb, fw->pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, e->pcs, e->pc);
         c->f.CmdDispatch(cb, e->gx, e->gy, 1);
+        if (prof) c->f.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, fw->qp, i + 1);
     }
-    if (fw->qp) c->f.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, fw->qp, 1);
+    if (fw->qp && !prof) c->f.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, fw->qp, 1);
     return c->f.EndCommandBuffer(cb) == VK_SUCCESS;
 }
 
@@ -1147,7 +1177,8 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         }
     }
 
-    rec r = {.c = c, .fw = fw, .aq_src = VK_NULL_HANDLE, .aq_fmt = -1, .mm = fw->mm};
+    rec r = {.c = c, .fw = fw, .aq_src = VK_NULL_HANDLE, .aq_fmt = -1, .mm = fw->mm,
+             .role = GEIST_ROLE_EMBED};
     const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
     const uint32_t hk = (uint32_t)cf->head_dim_k, nrot = (uint32_t)cf->n_rot;
     const uint32_t kd = (uint32_t)(cf->n_head_kv * cf->head_dim_k);
@@ -1165,6 +1196,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         /* decode-size steps (selfq_fits): the attention norm inside the Q, K, V products (each
          * repeats it) and, without a QK norm in between, the rotation of adjacent pairs inside
          * Q and K (the global table) */
+        r.role = GEIST_ROLE_QKV;
         const bool qkv_q = act_fmt(w[W_Q].type) >= 0 && act_fmt(w[W_K].type) >= 0 &&
                            act_fmt(w[W_V].type) >= 0;
         const bool fuse_n1 = qkv_q && selfq_fits(d, N) && fw->n_norm < (1u << 24);
@@ -1182,6 +1214,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             rec_matvec(&r, &w[W_K], fw->xn.buf, fw->k.buf, N, false);
             rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
         }
+        r.role = GEIST_ROLE_QK_ROPE;
         if (R->q_norm != NO_NORM) { /* per head, in place, before the rotary */
             rec_norm(&r, fw->q.buf, fw->q.buf, N * (uint32_t)cf->n_head, hk, R->q_norm, 0, cf->eps,
                      false);
@@ -1200,6 +1233,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
          * (kv.h's GT_KV_STAGED: writing them first could overwrite slots earlier rows see);
          * kvstore makes the same bits both times */
         bool staged[MAX_ROWS];
+        r.role = GEIST_ROLE_KV_STORE;
         for (int32_t g = 0; g < n_groups; g++) {
             const grp *G = &groups[g];
             staged[g] = G->n > 1 && G->kv->rows[il] < G->kv->max_seq - G->n_prefix;
@@ -1208,6 +1242,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         /* decode rows in chunks of positions (split_of), all groups' chunks, then their merges */
         split sp[MAX_ROWS];
         bool any_split = false;
+        r.role = GEIST_ROLE_ATTENTION;
         for (int32_t g = 0; g < n_groups; g++) {
             const grp *G = &groups[g];
             uint32_t n_ctx = (uint32_t)rows[G->r0 + G->n - 1].pos + 1;
@@ -1219,14 +1254,18 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             rec_attn(&r, cf, G, il, R->window,
                      staged[g] ? (uint32_t)rows[G->r0].pos : UINT32_MAX, sp[g]);
         }
+        r.role = GEIST_ROLE_ATTN_MERGE;
         for (int32_t g = 0; any_split && g < n_groups; g++) {
             r.disjoint = true; /* each session's own rows of att (the partials' reads: a barrier) */
             if (sp[g].n > 1) rec_attn_merge(&r, cf, &groups[g], R->window, sp[g]);
         }
         r.disjoint = false;
+        r.role = GEIST_ROLE_KV_STORE;
         for (int32_t g = 0; g < n_groups; g++)
             if (staged[g]) rec_kvstore(&r, cf, &groups[g], il, false);
+        r.role = GEIST_ROLE_ATTN_OUT;
         rec_residual(&r, &w[W_O], fw->att.buf, N, R->post_attn, cf->eps);
+        r.role = GEIST_ROLE_FFN_UP;
         /* gate and up as one product when they lie back to back (GGUF's order), the SiLU inside
          * the down product, the FFN norm inside gate/up's (decode-size steps, no post-norm);
          * else norm, gate, up, act.comp, down */
@@ -1241,19 +1280,23 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             wref gu = *wg;
             gu.n_out = gu.ldy = 2 * wg->n_out;
             rec_mv_fused(&r, &gu, fw->x.buf, fw->gate.buf, N, MV_NORM, R->ffn_norm, 0, 0);
+            r.role = GEIST_ROLE_FFN_DOWN;
             rec_mv_fused(&r, wdn, fw->gate.buf, fw->x.buf, N, MV_ACC | MV_GATED, 0, 0, 0); /* x += ffn */
             continue;
         }
         rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);
         rec_matvec(&r, &w[W_GATE], fw->xn.buf, fw->gate.buf, N, false);
         rec_matvec(&r, &w[W_UP], fw->xn.buf, fw->up.buf, N, false);
+        r.role = GEIST_ROLE_FFN_ACT;
         {
             const uint32_t pc[2] = {N * nff, cf->act == GT_ACT_GELU_TANH};
             const VkBuffer b[N_BIND] = {0, 0, fw->up.buf, fw->gate.buf, 0, 0, 0, 0};
             dispatch(&r, P_ACT, b, pc, sizeof pc, (N * nff + 63) / 64);
         }
+        r.role = GEIST_ROLE_FFN_DOWN;
         rec_residual(&r, &w[W_DOWN], fw->gate.buf, N, R->post_ffn, cf->eps);
     }
+    r.role = GEIST_ROLE_OUTPUT;
     if (n_lg > 0) {
         rec_norm(&r, fw->x.buf, fw->xn.buf, (uint32_t)n_lg, d, fw->out_norm, gather_at, cf->eps,
                  false);
@@ -1264,6 +1307,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         cmd *e = plan_next(&r);
         if (e) {
             e->kind = CMD_COPY_LOGITS;
+            e->role = GEIST_ROLE_LOGITS_COPY;
             e->pc[0] = (uint32_t)((uint64_t)n_lg * (uint64_t)cf->n_vocab * sizeof(float));
         }
     }
@@ -1278,6 +1322,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             forget_recordings(vm);
             if (r.n > fw->ds_cap && (st = make_dpool(vm, 2 * r.n, err))) return st;
         }
+        if (c->profile) ensure_queries(c, fw, r.n + 1);
         if (!record(c, fw, r.n))
             return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: recording the step failed");
         cmd *keep = realloc(fw->last, (r.n ? r.n : 1) * sizeof *keep);
@@ -1315,7 +1360,19 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         if (rows[t].logits) memcpy(rows[t].logits, lg + (size_t)k++ * nv, nv * sizeof(float));
     const uint64_t t_end = now_ns();
     gt_dev_stats *stt = &fw->stats;
-    if (fw->qp) {
+    if (fw->qp && c->profile && fw->qp_cap >= r.n + 1 && fw->ts) { /* by role */
+        const uint64_t *ts = fw->ts;
+        if (c->f.GetQueryPoolResults(c->dev, fw->qp, 0, r.n + 1, (r.n + 1) * sizeof *ts, fw->ts,
+                                     sizeof *ts, VK_QUERY_RESULT_64_BIT) == VK_SUCCESS) {
+            for (uint32_t i = 0; i < r.n; i++) {
+                const uint32_t role = fw->plan[i].role < GEIST_DEVICE_ROLES ? fw->plan[i].role : 0;
+                stt->role_ns[role] += (uint64_t)((double)((ts[i + 1] - ts[i]) & fw->ts_mask) * fw->ts_ns);
+                stt->role_calls[role]++;
+            }
+            stt->gpu_ns += (uint64_t)((double)((ts[r.n] - ts[0]) & fw->ts_mask) * fw->ts_ns);
+            stt->gpu_timed++;
+        }
+    } else if (fw->qp) {
         uint64_t ts[2];
         if (c->f.GetQueryPoolResults(c->dev, fw->qp, 0, 2, sizeof ts, ts, sizeof ts[0],
                                      VK_QUERY_RESULT_64_BIT) == VK_SUCCESS) {
