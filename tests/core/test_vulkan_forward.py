@@ -124,12 +124,12 @@ def _engine(backend: str, vk: geist.Engine | None,
 
 def _teacher_forced(path: Path, backend: str, prompt: list[int], forced: list[int] | None,
                     n_new: int, kv_mode: str, vk: geist.Engine | None = None,
-                    attn_chunk: int = EXACT) -> tuple[list[int], np.ndarray]:
+                    attn_chunk: int = EXACT, max_seq: int = 64) -> tuple[list[int], np.ndarray]:
     """Greedy ids (or `forced` fed instead) and the logits of every position: the prompt's, then
     one row per new token."""
     eng, own = _engine(backend, vk, attn_chunk)
     with geist.Model.load(path, engine=eng) as m:
-        s = m.session(max_seq_len=64, kv_mode=kv_mode)
+        s = m.session(max_seq_len=max_seq, kv_mode=kv_mode)
         rows = list(s.eval(prompt))
         ids = []
         for i in range(n_new):
@@ -172,6 +172,22 @@ def test_fixture_matches_cpu_scalar(weight_type: str, kv_mode: str) -> None:
         free_ids, _ = _teacher_forced(path, "vulkan", PROMPT, None, 32, kv_mode,
                                       attn_chunk=chunk)
         assert free_ids == ref_ids, chunk
+
+
+def test_long_context_attention_tiles_match_cpu_scalar(vk: geist.Engine) -> None:
+    """attn.comp sums w V over tiles of positions loaded into shared memory (32 positions of the
+    SmolLM2-like heads of 64): a 45-token prompt and 60 decode steps reach 105 positions, four
+    tiles, the last one partial; F16 KV, bit for bit with cpu_scalar. (F32 and INT8 KV take the
+    driver's exp() in the softmax where kv.c takes expf: on this geometry at these lengths
+    lavapipe measured 1.6e-2 relative logit error for both, with and without the tiles, and one
+    greedy id of 60 parted for INT8: beyond RTOL, so they are not asserted here; the short
+    fixtures above hold them within RTOL.)"""
+    path = testing.family_fixture_path("llama", "Q4_0", **_SMOL)
+    ref_ids, ref = _teacher_forced(path, "cpu_scalar", PREFILL, None, 60, "f16", max_seq=128)
+    _, got = _teacher_forced(path, "vulkan", PREFILL, ref_ids, 60, "f16", vk, max_seq=128)
+    assert [int(np.argmax(r)) for r in got[len(PREFILL) - 1:-1]] == ref_ids
+    worst = max(_rel(a, b) for a, b in zip(ref, got, strict=True))
+    assert worst == 0.0, worst
 
 
 def test_eight_sessions_in_one_step_match_each_alone() -> None:

@@ -27,6 +27,13 @@ shared float red[64];
 // same values either way; the output loop's weights then come without a global load each.
 #define SH_MAX 4096u
 shared float ssh[SH_MAX];
+// A tile of V rows for the weighted sum (VT_FLOATS values: 32 positions of 64, 8 of 256), the
+// INT8 rows' scales and which rows are INT8; heads up to 64 NACC values (a lane's accumulators).
+#define VT_FLOATS 2048u
+#define NACC 8u
+shared float vt[VT_FLOATS];
+shared float vsc[64];
+shared uint vq8[64];
 bool use_sh;
 uint sbase;
 float sget(uint j) { return use_sh ? ssh[j] : S[sbase + j]; }
@@ -84,7 +91,56 @@ void main() {
     barrier();
     precise float tot = ((red[0] + red[1]) + (red[2] + red[3])) + ((red[4] + red[5]) + (red[6] + red[7]));
     float inv = fdiv_rn(1.0, tot);
-    for (uint i = lid; i < p.hv; i += 64u) {
+    if (p.hv <= VT_FLOATS && p.hv <= 64u * NACC) {
+        // The sum of w V over tiles of positions: the tile's V rows loaded into shared memory by
+        // all 64 lanes at once (many loads in flight), then each lane adds its values' products
+        // in position order as below: the same products and sums in the same order, so the same
+        // bits, without a global load's latency on every step of each lane's chain.
+        uint ntile = min(VT_FLOATS / p.hv, 64u);
+        float acc[NACC];
+        for (uint k = 0u; k < NACC; k++) acc[k] = 0.0;
+        for (uint j0 = 0u; j0 < n_ctx; j0 += ntile) {
+            uint nt = min(ntile, n_ctx - j0);
+            barrier(); // the last tile's reads are done
+            for (uint e = lid; e < nt * p.hv; e += 64u) {
+                uint jj = e / p.hv, i = e - jj * p.hv;
+                Loc l = loc(first + j0 + jj);
+                if (i == 0u) vq8[jj] = l.mode == 2u ? 1u : 0u; // the prefix's mode may differ
+                if (l.mode == 2u) { // INT8: the code, and the row's scale once
+                    uint r0 = l.v + l.slot * (p.n_head_kv * (1u + p.hv / 4u)) + g * (1u + p.hv / 4u);
+                    vt[e] = float(code8(l.pre, r0, i));
+                    if (i == 0u) vsc[jj] = uintBitsToFloat(word(l.pre, r0));
+                } else {
+                    vt[e] = elem(l.pre, l.mode, l.v, l.slot * p.n_head_kv * p.hv + g * p.hv + i);
+                }
+            }
+            barrier();
+            for (uint jj = 0u; jj < nt; jj++) {
+                bool m2 = vq8[jj] != 0u;
+                precise float w = sget(j0 + jj) * inv;
+                for (uint k = 0u; k < NACC; k++) {
+                    uint i = lid + 64u * k;
+                    if (i >= p.hv) break;
+                    if (m2) {
+                        precise float ws = w * vsc[jj];
+                        precise float pr = ws * vt[jj * p.hv + i];
+                        precise float o = acc[k] + pr;
+                        acc[k] = o;
+                    } else {
+                        precise float pr = w * vt[jj * p.hv + i];
+                        precise float o = acc[k] + pr;
+                        acc[k] = o;
+                    }
+                }
+            }
+        }
+        for (uint k = 0u; k < NACC; k++) {
+            uint i = lid + 64u * k;
+            if (i < p.hv) O[(t * p.n_head + h) * p.hv + i] = acc[k];
+        }
+        return;
+    }
+    for (uint i = lid; i < p.hv; i += 64u) { // heads wider than a tile: each load in the chain
         precise float o = 0.0;
         for (uint j = 0u; j < n_ctx; j++) {
             Loc l = loc(first + j);
