@@ -27,13 +27,16 @@ shared float red[64];
 // same values either way; the output loop's weights then come without a global load each.
 #define SH_MAX 4096u
 shared float ssh[SH_MAX];
-// A tile of V rows for the weighted sum (VT_FLOATS values: 32 positions of 64, 8 of 256), the
-// INT8 rows' scales and which rows are INT8; heads up to 64 NACC values (a lane's accumulators).
+// Tiles of K or V rows (VT_FLOATS values: 32 positions of a head of 64, 8 of 256), loaded by
+// the whole workgroup at once (many loads in flight, none in a lane's chain of sums); a tile's
+// positions lie in one segment (prefix, own cache, stage: one buffer, one mode), its INT8 rows'
+// scales in tsc; the query row in qs. Heads up to 64 NACC values (a lane's V accumulators).
 #define VT_FLOATS 2048u
 #define NACC 8u
+#define QS_MAX 1024u
 shared float vt[VT_FLOATS];
-shared float vsc[64];
-shared uint vq8[64];
+shared float tsc[64];
+shared float qs[QS_MAX];
 bool use_sh;
 uint sbase;
 float sget(uint j) { return use_sh ? ssh[j] : S[sbase + j]; }
@@ -43,6 +46,67 @@ void sset(uint j, float v) {
 }
 #include "vexp.glsl"
 #include "attn_kv.glsl"
+// the end of the segment position q lies in (the prefix, the own cache, the stage), at most qmax
+uint seg_end(uint q, uint qmax) {
+    if (q < p.n_prefix) return min(qmax, p.n_prefix);
+    if (q < p.stage_pos0) return min(qmax, p.stage_pos0);
+    return qmax;
+}
+// Positions q0 .. q0 + nt - 1 (one segment) of KV head g: their K (v false) or V rows of hd
+// values into vt[jj * hd + i] as floats (INT8: the codes, each row's scale into tsc[jj]): the
+// values elem() and code8() read, in the layouts session/kv.c writes.
+void load_tile(uint q0, uint nt, bool v, uint hd, uint g, uint lid) {
+    Loc l0 = loc(q0);
+    uint mode = l0.mode, base = v ? l0.v : l0.k;
+    uint wph = mode == 2u ? 1u + hd / 4u : (mode == 1u ? hd / 2u : hd); // a head's words a row
+    uint rw = p.n_head_kv * wph;
+    uint n = nt * wph;
+    for (uint e = lid; e < n; e += 64u) {
+        uint jj = e / wph, w = e - jj * wph;
+        uint at = base + loc(q0 + jj).slot * rw + g * wph + w;
+        uint x = l0.pre ? PKV[at] : KV[at];
+        if (mode == 1u) {
+            vec2 h2 = unpackHalf2x16(x);
+            vt[jj * hd + 2u * w] = h2.x;
+            vt[jj * hd + 2u * w + 1u] = h2.y;
+        } else if (mode == 0u) {
+            vt[jj * hd + w] = uintBitsToFloat(x);
+        } else if (w == 0u) {
+            tsc[jj] = uintBitsToFloat(x);
+        } else {
+            for (uint k = 0u; k < 4u; k++) vt[jj * hd + 4u * (w - 1u) + k] = float(int(x << (24u - 8u * k)) >> 24);
+        }
+    }
+}
+// q.k of the tile's row jj as score() sums it (kv.c's order)
+float score_tile(uint jj, uint mode) {
+    uint o = jj * p.hk;
+    if (mode == 2u) {
+        precise float acc = 0.0;
+        for (uint i = 0u; i < p.hk; i++) {
+            precise float pr = qs[i] * vt[o + i];
+            acc = acc + pr;
+        }
+        precise float dt = acc * tsc[jj];
+        return dt;
+    }
+    uint n8 = p.hk / 8u * 8u;
+    float a[8];
+    for (uint k = 0u; k < 8u; k++) a[k] = 0.0;
+    for (uint i = 0u; i < n8; i += 8u)
+        for (uint k = 0u; k < 8u; k++) {
+            precise float pr = qs[i + k] * vt[o + i + k];
+            precise float sm = a[k] + pr;
+            a[k] = sm;
+        }
+    precise float t0 = a[0] + a[4], t1 = a[1] + a[5], t2 = a[2] + a[6], t3 = a[3] + a[7];
+    precise float s = (t0 + t2) + (t1 + t3);
+    for (uint i = n8; i < p.hk; i++) {
+        precise float pr = qs[i] * vt[o + i];
+        s = s + pr;
+    }
+    return s;
+}
 void main() {
     uint t = p.row0 + gl_WorkGroupID.x / p.n_head, h = gl_WorkGroupID.x % p.n_head;
     uint lid = gl_LocalInvocationID.x;
@@ -55,11 +119,30 @@ void main() {
     // of one step may run at once (vk_forward.c puts no barrier between their dispatches)
     use_sh = n_ctx <= SH_MAX;
     sbase = sb;
+    // heads that fit the tiles take them (K, then V); wider ones read each value in the chain
+    bool tiled = p.hk <= QS_MAX && p.hk <= VT_FLOATS && p.hv <= VT_FLOATS && p.hv <= 64u * NACC;
     float mx = -1.0 / 0.0;
-    for (uint j = lid; j < n_ctx; j += 64u) {
-        precise float sc = score(loc(first + j), g, qb) * p.scale;
-        sset(j, sc);
-        mx = max(mx, sc);
+    if (tiled) {
+        for (uint i = lid; i < p.hk; i += 64u) qs[i] = Q[qb + i];
+        uint ntk = min(VT_FLOATS / p.hk, 64u);
+        for (uint j0 = 0u; j0 < n_ctx;) {
+            uint nt = min(ntk, seg_end(first + j0, first + n_ctx) - (first + j0));
+            barrier(); // qs written; the last tile's reads done
+            load_tile(first + j0, nt, false, p.hk, g, lid);
+            barrier();
+            if (lid < nt) {
+                precise float sc = score_tile(lid, loc(first + j0).mode) * p.scale;
+                sset(j0 + lid, sc);
+                mx = max(mx, sc);
+            }
+            j0 += nt;
+        }
+    } else {
+        for (uint j = lid; j < n_ctx; j += 64u) {
+            precise float sc = score(loc(first + j), g, qb) * p.scale;
+            sset(j, sc);
+            mx = max(mx, sc);
+        }
     }
     red[lid] = mx;
     barrier();
@@ -91,38 +174,25 @@ void main() {
     barrier();
     precise float tot = ((red[0] + red[1]) + (red[2] + red[3])) + ((red[4] + red[5]) + (red[6] + red[7]));
     float inv = fdiv_rn(1.0, tot);
-    if (p.hv <= VT_FLOATS && p.hv <= 64u * NACC) {
-        // The sum of w V over tiles of positions: the tile's V rows loaded into shared memory by
-        // all 64 lanes at once (many loads in flight), then each lane adds its values' products
-        // in position order as below: the same products and sums in the same order, so the same
-        // bits, without a global load's latency on every step of each lane's chain.
-        uint ntile = min(VT_FLOATS / p.hv, 64u);
+    if (tiled) {
+        // the sum of w V over tiles: each lane adds its values' products in position order, the
+        // same products and sums as the loop below, so the same bits
+        uint ntv = min(VT_FLOATS / p.hv, 64u);
         float acc[NACC];
         for (uint k = 0u; k < NACC; k++) acc[k] = 0.0;
-        for (uint j0 = 0u; j0 < n_ctx; j0 += ntile) {
-            uint nt = min(ntile, n_ctx - j0);
+        for (uint j0 = 0u; j0 < n_ctx;) {
+            uint nt = min(ntv, seg_end(first + j0, first + n_ctx) - (first + j0));
+            bool m2 = loc(first + j0).mode == 2u;
             barrier(); // the last tile's reads are done
-            for (uint e = lid; e < nt * p.hv; e += 64u) {
-                uint jj = e / p.hv, i = e - jj * p.hv;
-                Loc l = loc(first + j0 + jj);
-                if (i == 0u) vq8[jj] = l.mode == 2u ? 1u : 0u; // the prefix's mode may differ
-                if (l.mode == 2u) { // INT8: the code, and the row's scale once
-                    uint r0 = l.v + l.slot * (p.n_head_kv * (1u + p.hv / 4u)) + g * (1u + p.hv / 4u);
-                    vt[e] = float(code8(l.pre, r0, i));
-                    if (i == 0u) vsc[jj] = uintBitsToFloat(word(l.pre, r0));
-                } else {
-                    vt[e] = elem(l.pre, l.mode, l.v, l.slot * p.n_head_kv * p.hv + g * p.hv + i);
-                }
-            }
+            load_tile(first + j0, nt, true, p.hv, g, lid);
             barrier();
             for (uint jj = 0u; jj < nt; jj++) {
-                bool m2 = vq8[jj] != 0u;
                 precise float w = sget(j0 + jj) * inv;
                 for (uint k = 0u; k < NACC; k++) {
                     uint i = lid + 64u * k;
                     if (i >= p.hv) break;
                     if (m2) {
-                        precise float ws = w * vsc[jj];
+                        precise float ws = w * tsc[jj];
                         precise float pr = ws * vt[jj * p.hv + i];
                         precise float o = acc[k] + pr;
                         acc[k] = o;
@@ -133,6 +203,7 @@ void main() {
                     }
                 }
             }
+            j0 += nt;
         }
         for (uint k = 0u; k < NACC; k++) {
             uint i = lid + 64u * k;
