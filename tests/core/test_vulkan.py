@@ -1,6 +1,7 @@
 """The vulkan backend on lavapipe (Mesa's CPU Vulkan driver): device choice, weight import and
-upload with the memory report, and clean errors (no loader, no device, a device-memory cap below
-the model, a refused import, sessions the device cannot run).
+upload with the memory report, clean errors (no loader, no device, a device-memory cap below
+the model, a refused import, sessions the device cannot run), and quant.comp's 8-bit activation
+blocks against act_quant.c's.
 
 The ICD is pinned through the Vulkan *loader's* own variables (VK_ICD_FILENAMES /
 VK_DRIVER_FILES: the loader's configuration, not geist's; geist reads no environment). Without
@@ -190,3 +191,18 @@ def test_cli_inspect_shows_the_device_and_the_memory_split() -> None:
                           "vulkan"], capture_output=True, text=True, timeout=120,
                          env=_child_env())
     assert res.returncode == 0 and "memory split (bytes): host_owned" in res.stdout, res.stderr
+
+
+def test_quant_kernel_makes_the_cpus_8bit_blocks() -> None:
+    # quant.comp (actq.glsl, which matvec.comp's in-product 8-bit rows run too: a word of 4
+    # values a lane, a block's max by a reduction over lanes) against act_quant.c bit for bit, on
+    # the cases that reduction must get right: +m and -m tied for the block of 256's largest
+    # magnitude (the first in index order sets the scale's sign), zero and -0 blocks, halves, a
+    # partial last workgroup (native/tests/test_vk_actq.c)
+    import subprocess
+
+    exe = Path(__file__).resolve().parents[2] / "build" / "release" / "tests" / "test_vk_actq"
+    assert exe.is_file(), f"{exe} missing: run `scons variant=release` first"
+    res = subprocess.run([str(exe), "run"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "test_vk_actq: ok" in res.stdout, res.stdout + res.stderr
+    assert res.stdout.count("the CPU's bits") == 2, res.stdout

@@ -20,7 +20,7 @@ const gt_mtl_kernel_info gt_mtl_kernels[GT_MTL_K_COUNT] = {
     [GT_MTL_K_ROPE] = {"rope", B(1) | B(2) | B(3), 7 * 4, 64},
     [GT_MTL_K_KVSTORE] = {"kvstore", B(1) | B(2) | B(3) | B(6), 13 * 4, 64},
     [GT_MTL_K_ATTN] = {"attn", B(0) | B(1) | B(2) | B(3) | B(5) | B(6), 21 * 4, 64},
-    [GT_MTL_K_ACT] = {"act", B(2) | B(3), 2 * 4, 64},
+    [GT_MTL_K_ACT] = {"act", B(2) | B(3), 3 * 4, 64},
     [GT_MTL_K_ATTN_PART] = {"attn_part", B(0) | B(1) | B(2) | B(5) | B(6), 24 * 4, 64},
     [GT_MTL_K_ATTN_MERGE] = {"attn_merge", B(1) | B(3) | B(5), 6 * 4, 64},
     [GT_MTL_K_MATMUL] = {"matmul", B(0) | B(3) | B(4) | B(5), 9 * 4, 128},
@@ -254,7 +254,7 @@ static uint32_t bind_weight(gt_mtl_bind *b, const gt_mtl_wref *w) {
 
 static void rec_quant(rec *r, gt_mtl_scratch src, uint32_t n_in, uint32_t n_tok, int fmt) {
     const uint32_t n_blocks = n_tok * n_in / (fmt ? 256u : 32u);
-    gt_mtl_dispatch *d = add(r, GT_MTL_K_QUANT, (n_blocks + 63) / 64);
+    gt_mtl_dispatch *d = add(r, GT_MTL_K_QUANT, fmt ? n_blocks : (n_blocks + 7) / 8); /* 64 words */
     if (!d) return;
     r->aq_src = (int)src;
     r->aq_fmt = fmt;
@@ -382,6 +382,7 @@ size_t gt_mtl_step_plan(const gt_mtl_step_in *in, gt_mtl_dispatch *out, size_t c
         if ((dp = add(&r, GT_MTL_K_ACT, (N * nff + 63) / 64))) {
             dp->pc[0] = N * nff;
             dp->pc[1] = 0; /* SiLU */
+            dp->pc[2] = 0; /* gate and up in their own scratch */
             dp->bind[2] = scratch(GT_MTL_S_UP);
             dp->bind[3] = scratch(GT_MTL_S_GATE);
         }

@@ -979,10 +979,11 @@ static int act_fmt(uint32_t t) {
     return t == GT_TYPE_Q4_K || t == GT_TYPE_Q6_K ? 1 : 0;
 }
 
+/* quant.comp: a workgroup per 64 words of 8-bit rows, 8 blocks of 32 or one of 256 */
 static void rec_quant(rec *r, VkBuffer src, uint32_t n_in, uint32_t n_tok, int fmt) {
     const uint32_t pc[3] = {n_in, n_tok * n_in / (fmt ? 256 : 32), (uint32_t)fmt};
     const VkBuffer b[N_BIND] = {0, 0, src, 0, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
-    dispatch(r, P_QUANT, b, pc, sizeof pc, (pc[1] + 63) / 64);
+    dispatch(r, P_QUANT, b, pc, sizeof pc, fmt ? pc[1] : (pc[1] + 7) / 8);
     r->aq_src = src;
     r->aq_fmt = fmt;
 }
@@ -997,10 +998,9 @@ static bool selfq_fits(uint32_t n_in, uint32_t n_tok) {
 }
 
 /* matvec.comp's in-product steps (bits of its `accumulate`) */
-enum { MV_ACC = 1, MV_SELFQ = 2, MV_GATED = 4, MV_ROPE = 8, MV_NORM = 16 };
+enum { MV_ACC = 1, MV_SELFQ = 2, MV_ROPE = 8, MV_NORM = 16 };
 
 /* A quantized product with its 8-bit rows made inside (selfq_fits) and these steps there:
- * MV_GATED: x holds [gate | up] rows of 2 n_in, the input is silu(gate) * up (act.comp's);
  * MV_ROPE: the output pairs (2i, 2i + 1) of heads of hd values rotated as rope.comp does (the
  * pass inputs' cos/sin bound at 5); MV_NORM: x is the residual stream, normalized as
  * rmsnorm.comp does with the norm vector at float norm_at of fw->norms (bound at 4; below
@@ -1266,11 +1266,13 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         r.role = GEIST_ROLE_ATTN_OUT;
         rec_residual(&r, &w[W_O], fw->att.buf, N, R->post_attn, cf->eps);
         r.role = GEIST_ROLE_FFN_UP;
-        /* gate and up as one product when they lie back to back (GGUF's order), the SiLU inside
-         * the down product, the FFN norm inside gate/up's (decode-size steps, no post-norm);
-         * else norm, gate, up, act.comp, down */
+        /* gate and up as one product when they lie back to back (GGUF's order), the FFN norm
+         * inside it, then act.comp on its [gate | up] rows into up's scratch, then down making
+         * its 8-bit rows of those (decode-size steps, no post-norm); else norm, gate, up,
+         * act.comp, down. The activation is its own kernel, once per value: inside the down
+         * product every workgroup would repeat all of them. */
         const wref *wg = &w[W_GATE], *wu = &w[W_UP], *wdn = &w[W_DOWN];
-        const bool fuse_ffn = cf->act == GT_ACT_SILU && R->post_ffn == NO_NORM &&
+        const bool fuse_ffn = R->post_ffn == NO_NORM &&
                               wg->buf == wu->buf && wg->type == wu->type && wg->n_in == wu->n_in &&
                               wg->n_out == wu->n_out && act_fmt(wg->type) >= 0 &&
                               act_fmt(wdn->type) >= 0 && selfq_fits(wdn->n_in, N) &&
@@ -1280,8 +1282,12 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             wref gu = *wg;
             gu.n_out = gu.ldy = 2 * wg->n_out;
             rec_mv_fused(&r, &gu, fw->x.buf, fw->gate.buf, N, MV_NORM, R->ffn_norm, 0, 0);
+            const uint32_t pc[3] = {N * nff, cf->act == GT_ACT_GELU_TANH, nff};
+            const VkBuffer b[N_BIND] = {0, 0, fw->gate.buf, fw->up.buf, 0, 0, 0, 0};
+            r.role = GEIST_ROLE_FFN_ACT;
+            dispatch(&r, P_ACT, b, pc, sizeof pc, (N * nff + 63) / 64);
             r.role = GEIST_ROLE_FFN_DOWN;
-            rec_mv_fused(&r, wdn, fw->gate.buf, fw->x.buf, N, MV_ACC | MV_GATED, 0, 0, 0); /* x += ffn */
+            rec_mv_fused(&r, wdn, fw->up.buf, fw->x.buf, N, MV_ACC, 0, 0, 0); /* x += ffn */
             continue;
         }
         rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);
@@ -1289,7 +1295,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         rec_matvec(&r, &w[W_UP], fw->xn.buf, fw->up.buf, N, false);
         r.role = GEIST_ROLE_FFN_ACT;
         {
-            const uint32_t pc[2] = {N * nff, cf->act == GT_ACT_GELU_TANH};
+            const uint32_t pc[3] = {N * nff, cf->act == GT_ACT_GELU_TANH, 0 /* pair */};
             const VkBuffer b[N_BIND] = {0, 0, fw->up.buf, fw->gate.buf, 0, 0, 0, 0};
             dispatch(&r, P_ACT, b, pc, sizeof pc, (N * nff + 63) / 64);
         }

@@ -1,54 +1,97 @@
-// 8-bit activations as cpu_scalar makes them (act_quant.c), one block at a time, shared by
-// quant.comp (into the activation scratch) and matvec.comp (into shared memory). The includer
-// defines act_x(i) (float activation i of the rows, row after row), aq_put(word index, word)
-// and ad_put(block index, scale); f16.glsl and exact.glsl come first.
-// fmt 0, blocks of 32 (Q4_0, Q4_1, Q5_0, Q8_0 weights): d = amax / 127 kept as f16,
-// q = round(x / d) (half away from zero), clamped to +-127. fmt 1, blocks of 256 (Q4_K, Q6_K):
-// iscale = -127 / (the value of largest magnitude), d = 1 / iscale kept as float,
-// q = round-half-even(iscale * x) clamped to [-128, 127].
+// 8-bit activations as cpu_scalar makes them (act_quant.c), shared by quant.comp (into the
+// activation scratch) and matvec.comp (into shared memory): a round of 64 words (256 values) on
+// the workgroup's 64 lanes, lane l quantizing word w0 + l, its 4 values' act_x computed once and
+// kept; the block's max by a reduction in shared memory. The includer defines act_x(i) (float
+// activation i of the rows, row after row), aq_put(word index, word) and ad_put(block index,
+// scale); f16.glsl and exact.glsl come first.
+// fmt 0, blocks of 32 (Q4_0, Q4_1, Q5_0, Q8_0 weights), 8 lanes a block, 8 blocks a round:
+// d = amax / 127 kept as f16, q = round(x / d) (half away from zero), clamped to +-127. fmt 1,
+// blocks of 256 (Q4_K, Q6_K), the round's 64 lanes one block: iscale = -127 / (the value of
+// largest magnitude, the first in index order on ties: +-x give opposite signs), d = 1 / iscale
+// kept as float, q = round-half-even(iscale * x) clamped to [-128, 127]. The expressions per value
+// are act_quant.c's, so the bits are; max() of non-negative finite floats is exact in any order.
 #ifndef GEIST_ACTQ_GLSL
 #define GEIST_ACTQ_GLSL
+shared float aq_a[2][64]; // the lanes' partial maxima (fmt 0: by round parity, one barrier a round)
+shared float aq_v[64];    // fmt 1: the values they are of
+shared float aq_ga[8], aq_gv[8]; // fmt 1: the same for each 8 lanes
 float round_away(float v) {
     float a = abs(v), f = floor(a);
     if (a - f >= 0.5) f += 1.0;
     return v < 0.0 ? -f : f;
 }
-// the block of 32 values from activation x0: 8 words from word index wi, its scale at block index bi
-void actq32(uint x0, uint wi, uint bi) {
-    float amax = 0.0;
-    for (uint i = 0u; i < 32u; i++) amax = max(amax, abs(act_x(x0 + i)));
-    float d = fdiv_rn(amax, 127.0);
-    float id = d != 0.0 ? fdiv_rn(1.0, d) : 0.0;
-    for (uint w = 0u; w < 8u; w++) {
-        uint word = 0u;
+// one round: words w0 + lane of the nw words from activation x0 (words w0.. of whole blocks; w0 a
+// multiple of 64), each word's block its index / 8 (fmt 0) or / 64 (fmt 1). Every lane of the
+// workgroup calls it together (barriers); lanes past nw only take part.
+void actq_round(uint x0, uint w0, uint nw, uint lane, bool k256) {
+    uint w = w0 + lane;
+    bool live = w < nw;
+    float x[4];
+    for (uint k = 0u; k < 4u; k++) x[k] = 0.0;
+    if (live)
+        for (uint k = 0u; k < 4u; k++) x[k] = act_x(x0 + 4u * w + k);
+    uint word = 0u;
+    if (!k256) {
+        uint par = (w0 >> 6) & 1u, g0 = lane & ~7u;
+        float m = 0.0;
+        for (uint k = 0u; k < 4u; k++) m = max(m, abs(x[k]));
+        aq_a[par][lane] = m;
+        barrier(); // the next round writes the other half: no barrier after the reads
+        float amax = 0.0;
+        for (uint j = 0u; j < 8u; j++) amax = max(amax, aq_a[par][g0 + j]);
+        float d = fdiv_rn(amax, 127.0);
+        float id = d != 0.0 ? fdiv_rn(1.0, d) : 0.0;
         for (uint k = 0u; k < 4u; k++) {
-            float r = clamp(round_away(act_x(x0 + 4u * w + k) * id), -127.0, 127.0);
+            float r = clamp(round_away(x[k] * id), -127.0, 127.0);
             word |= (uint(int(r)) & 0xFFu) << (8u * k);
         }
-        aq_put(wi + w, word);
+        if (live) {
+            aq_put(w, word);
+            if (lane == g0) ad_put(w >> 3, f16_round(d));
+        }
+        return;
     }
-    ad_put(bi, f16_round(d));
-}
-// the block of 256 values from activation x0: 64 words from wi, its scale at bi
-void actq256(uint x0, uint wi, uint bi) {
+    // (magnitude, value) folded in index order, a later one taken only when strictly larger
+    float a = 0.0, v = 0.0;
+    for (uint k = 0u; k < 4u; k++) {
+        float ak = abs(x[k]);
+        if (ak > a) {
+            a = ak;
+            v = x[k];
+        }
+    }
+    aq_a[0][lane] = a;
+    aq_v[lane] = v;
+    barrier();
+    if ((lane & 7u) == 0u) {
+        for (uint j = 1u; j < 8u; j++) {
+            float aj = aq_a[0][lane + j];
+            if (aj > a) {
+                a = aj;
+                v = aq_v[lane + j];
+            }
+        }
+        aq_ga[lane >> 3] = a;
+        aq_gv[lane >> 3] = v;
+    }
+    barrier(); // the next round writes aq_a, aq_v after every lane's reads here
     float amax = 0.0, maxv = 0.0;
-    for (uint i = 0u; i < 256u; i++) {
-        float v = act_x(x0 + i), a = abs(v);
-        if (a > amax) {
-            amax = a;
-            maxv = v;
+    for (uint j = 0u; j < 8u; j++) {
+        float aj = aq_ga[j];
+        if (aj > amax) {
+            amax = aj;
+            maxv = aq_gv[j];
         }
     }
     float iscale = amax != 0.0 ? fdiv_rn(-127.0, maxv) : 0.0;
-    for (uint w = 0u; w < 64u; w++) {
-        uint word = 0u;
-        for (uint k = 0u; k < 4u; k++) {
-            precise float v = iscale * act_x(x0 + 4u * w + k);
-            float r = clamp(roundEven(v), -128.0, 127.0);
-            word |= (uint(int(r)) & 0xFFu) << (8u * k);
-        }
-        aq_put(wi + w, word);
+    for (uint k = 0u; k < 4u; k++) {
+        precise float q = iscale * x[k];
+        float r = clamp(roundEven(q), -128.0, 127.0);
+        word |= (uint(int(r)) & 0xFFu) << (8u * k);
     }
-    ad_put(bi, amax != 0.0 ? fdiv_rn(1.0, iscale) : 0.0);
+    if (live) {
+        aq_put(w, word);
+        if (lane == 0u) ad_put(w >> 6, amax != 0.0 ? fdiv_rn(1.0, iscale) : 0.0);
+    }
 }
 #endif

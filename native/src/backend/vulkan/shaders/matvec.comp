@@ -11,12 +11,10 @@
 // backend's choice for them), 8 rows per workgroup, 8 lanes each: the same lanes' sums in the
 // same order, so the same bits, with every lane busy and an eighth of the workgroups. With
 // ROWS8, bit 1 of `accumulate` (never set by metal/step.c) says: make x's 8-bit rows here, in
-// shared memory, instead of reading quant.comp's (each workgroup repeats the few blocks; the
-// same arithmetic, actq.glsl), saving a dispatch and a barrier; the host sets it for steps of at
-// most 8 rows whose rows fit (n_in <= 1536 for 8; n_in <= 12288 for one). Bit 2 (with bit 1):
-// x's rows are gated pairs [gate | up] of 2 n_in values (one product made both), and the
-// activations are silu(gate) * up as act.comp makes them, saving act.comp's dispatch and
-// barrier too. Bit 3
+// shared memory, instead of reading quant.comp's (each workgroup repeats the few blocks, all 64
+// lanes on them, a word of 4 values each: actq.glsl, the same arithmetic), saving a dispatch and
+// a barrier; the host sets it for steps of at most 8 rows whose rows fit (n_in <= 1536 for 8;
+// n_in <= 12288 for one). Bit 3
 // (with bit 1): rotate the output pairs (2i, 2i + 1) of each head as rope.comp does (adjacent
 // rows: one workgroup holds both), bits 8-19 the head dim, 20-31 n_rot, the cos/sin at binding 5
 // (the pass's inputs, then bound there instead of the unused scales) from word 5 n_tok, as
@@ -38,7 +36,7 @@ layout(push_constant) uniform P {
 } p;
 #include "common.glsl"
 #include "f16.glsl"
-#include "vexp.glsl"
+#include "exact.glsl"
 #define NT 8u
 #define SQ_WORDS 3072u
 shared float red[NT][64];
@@ -47,22 +45,15 @@ shared float nscale[NT]; // bit 4: the chunk's rows' RMSNorm scales
 #include "rmsscale.glsl"
 shared uint SQ[SQ_WORDS];      // this chunk's 8-bit rows (bit 1 of accumulate)
 shared float SD[SQ_WORDS / 8u]; // and their block scales
-bool selfq, gated, normed;
+bool selfq, normed;
 uint wtype, nw0; // the weight type; bit 4: the norm vector's first float
 uint chunk0; // the chunk's first token
 float act_x(uint i) { // float activation i (token i / n_in)
-    if (normed) { // as rmsnorm.comp: (x * scale) * w
-        uint t = i / p.n_in;
-        precise float v = X[i] * nscale[t - chunk0];
-        precise float o = v * uintBitsToFloat(AQ[nw0 + (i - t * p.n_in)]);
-        return o;
-    }
-    if (!gated) return X[i];
-    uint t = i / p.n_in, o = i + t * p.n_in; // [gate | up] rows of 2 n_in
-    float x = X[o];
-    precise float den = 1.0 + vexp1(0.0 - x); // as act.comp
-    precise float y = fdiv_rn(x, den) * X[o + p.n_in];
-    return y;
+    if (!normed) return X[i];
+    uint t = i / p.n_in; // as rmsnorm.comp: (x * scale) * w
+    precise float v = X[i] * nscale[t - chunk0];
+    precise float o = v * uintBitsToFloat(AQ[nw0 + (i - t * p.n_in)]);
+    return o;
 }
 void aq_put(uint w, uint word) { SQ[w] = word; }
 void ad_put(uint b, float d) { SD[b] = d; }
@@ -96,7 +87,6 @@ void main() {
     uint row = p.w_off + (valid ? r : 0u) * p.row_bytes;
     uint nb = p.n_in >> 5;
     selfq = ROWS8 != 0u && (p.accumulate & 2u) != 0u;
-    gated = selfq && (p.accumulate & 4u) != 0u;
     normed = selfq && (p.accumulate & 16u) != 0u;
     wtype = ROWS8 != 0u ? p.type & 255u : p.type;
     nw0 = p.type >> 8;
@@ -110,15 +100,10 @@ void main() {
                 float sc = rms_scale((t0 + k) * p.n_in, p.n_in, NORM_EPS, lid);
                 if (lid == 0u) nscale[k] = sc;
             }
-        if (selfq) { // the chunk's rows, quantized by the whole workgroup
+        if (selfq) { // the chunk's rows, quantized by the whole workgroup, 64 words a round
             if (normed) barrier();
-            uint nblk = kq ? p.n_in >> 8 : nb;
-            for (uint g = lid; g < nt * nblk; g += 64u) {
-                uint k = g / nblk, b = g % nblk;
-                uint x0 = (t0 + k) * p.n_in + b * (kq ? 256u : 32u);
-                if (kq) actq256(x0, k * (p.n_in >> 2) + 64u * b, k * nblk + b);
-                else actq32(x0, k * (p.n_in >> 2) + 8u * b, k * nblk + b);
-            }
+            uint nw = nt * (p.n_in >> 2); // the words' order is aqw's, their blocks' adv's
+            for (uint w0 = 0u; w0 < nw; w0 += 64u) actq_round(t0 * p.n_in, w0, nw, lid, kq);
             barrier();
         }
         float acc[NT];
