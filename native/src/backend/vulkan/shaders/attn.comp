@@ -36,6 +36,7 @@ shared float ssh[SH_MAX];
 #define QS_MAX 1024u
 shared float vt[VT_FLOATS];
 shared float tsc[64];
+shared float tw[64]; // a V tile's softmax weights
 shared float qs[QS_MAX];
 bool use_sh;
 uint sbase;
@@ -155,18 +156,34 @@ void main() {
     barrier();
     // kv.c: softmax_f16_plain when every segment the row reads is F16
     bool f16 = p.mode == 1u && (first >= p.n_prefix || p.pmode == 1u);
-    for (uint j = lid; j < n_ctx; j += 64u) { // every lane's exponentials, then 8 lanes' sums
-        precise float x = sget(j) - mx;
-        float e = f16 ? vexp1(x) : exp(x);
-        sset(j, e);
+    // every lane's exponentials (in ssh or S: two loops, as the sums below), then 8 lanes' sums
+    if (use_sh) {
+        for (uint j = lid; j < n_ctx; j += 64u) {
+            precise float x = ssh[j] - mx;
+            ssh[j] = f16 ? vexp1(x) : exp(x);
+        }
+    } else {
+        for (uint j = lid; j < n_ctx; j += 64u) {
+            precise float x = S[sbase + j] - mx;
+            S[sbase + j] = f16 ? vexp1(x) : exp(x);
+        }
     }
     memoryBarrierBuffer();
     barrier();
     if (lid < 8u) { // lane lid: positions first + lid, first + lid + 8, ... in order
+        // (two loops, not sget's choice in the loop: the driver may load S beside ssh on every
+        // step, a global load in the chain)
         precise float sum = 0.0;
-        for (uint j = lid; j < n_ctx; j += 8u) {
-            float e = sget(j);
-            sum = sum + e;
+        if (use_sh) {
+            for (uint j = lid; j < n_ctx; j += 8u) {
+                float e = ssh[j];
+                sum = sum + e;
+            }
+        } else {
+            for (uint j = lid; j < n_ctx; j += 8u) {
+                float e = S[sbase + j];
+                sum = sum + e;
+            }
         }
         red[lid] = sum;
     }
@@ -185,9 +202,13 @@ void main() {
             bool m2 = loc(first + j0).mode == 2u;
             barrier(); // the last tile's reads are done
             load_tile(first + j0, nt, true, p.hv, g, lid);
+            if (lid < nt) { // the tile's weights, each once (no global load in the chain below)
+                precise float w = sget(j0 + lid) * inv;
+                tw[lid] = w;
+            }
             barrier();
             for (uint jj = 0u; jj < nt; jj++) {
-                precise float w = sget(j0 + jj) * inv;
+                float w = tw[jj];
                 for (uint k = 0u; k < NACC; k++) {
                     uint i = lid + 64u * k;
                     if (i >= p.hv) break;
