@@ -56,47 +56,26 @@ uint seg_end(uint q, uint qmax) {
 // Positions q0 .. q0 + nt - 1 (one segment) of KV head g: their K (v false) or V rows of hd
 // values into vt[jj * hd + i] as floats (INT8: the codes, each row's scale into tsc[jj]): the
 // values elem() and code8() read, in the layouts session/kv.c writes.
-#define LB 8u // words a lane loads before it stores any: its loads in flight together
-// word x of the tile (index e: row jj = e / wph, word w) into vt / tsc as floats
-void put_word(uint e, uint x, uint mode, uint wph, uint hd) {
-    uint jj = e / wph, w = e - jj * wph;
-    if (mode == 1u) {
-        vec2 h2 = unpackHalf2x16(x);
-        vt[jj * hd + 2u * w] = h2.x;
-        vt[jj * hd + 2u * w + 1u] = h2.y;
-    } else if (mode == 0u) {
-        vt[jj * hd + w] = uintBitsToFloat(x);
-    } else if (w == 0u) {
-        tsc[jj] = uintBitsToFloat(x);
-    } else {
-        for (uint k = 0u; k < 4u; k++) vt[jj * hd + 4u * (w - 1u) + k] = float(int(x << (24u - 8u * k)) >> 24);
-    }
-}
 void load_tile(uint q0, uint nt, bool v, uint hd, uint g, uint lid) {
     Loc l0 = loc(q0);
-    uint mode = l0.mode, base = (v ? l0.v : l0.k) + g * (mode == 2u ? 1u + hd / 4u : (mode == 1u ? hd / 2u : hd));
+    uint mode = l0.mode, base = v ? l0.v : l0.k;
     uint wph = mode == 2u ? 1u + hd / 4u : (mode == 1u ? hd / 2u : hd); // a head's words a row
     uint rw = p.n_head_kv * wph;
     uint n = nt * wph;
-    // LB loads a lane (unconditional: all inside the tile), then their stores: a GPU lane issues
-    // in order, so a load followed by its use in the same step of a loop waits the memory's
-    // latency every step
-    for (uint e0 = lid; e0 < n; e0 += 64u * LB) {
-        uint xs[LB];
-        if (l0.pre) {
-            for (uint u = 0u; u < LB; u++) {
-                uint e = min(e0 + 64u * u, n - 1u), jj = e / wph; // past n: a word of the tile
-                xs[u] = PKV[base + loc(q0 + jj).slot * rw + (e - jj * wph)];
-            }
+    for (uint e = lid; e < n; e += 64u) {
+        uint jj = e / wph, w = e - jj * wph;
+        uint at = base + loc(q0 + jj).slot * rw + g * wph + w;
+        uint x = l0.pre ? PKV[at] : KV[at];
+        if (mode == 1u) {
+            vec2 h2 = unpackHalf2x16(x);
+            vt[jj * hd + 2u * w] = h2.x;
+            vt[jj * hd + 2u * w + 1u] = h2.y;
+        } else if (mode == 0u) {
+            vt[jj * hd + w] = uintBitsToFloat(x);
+        } else if (w == 0u) {
+            tsc[jj] = uintBitsToFloat(x);
         } else {
-            for (uint u = 0u; u < LB; u++) {
-                uint e = min(e0 + 64u * u, n - 1u), jj = e / wph; // past n: a word of the tile
-                xs[u] = KV[base + loc(q0 + jj).slot * rw + (e - jj * wph)];
-            }
-        }
-        for (uint u = 0u; u < LB; u++) {
-            uint e = e0 + 64u * u;
-            if (e < n) put_word(e, xs[u], mode, wph, hd);
+            for (uint k = 0u; k < 4u; k++) vt[jj * hd + 4u * (w - 1u) + k] = float(int(x << (24u - 8u * k)) >> 24);
         }
     }
 }
