@@ -1,7 +1,7 @@
 # Geist Village: three NPCs with their own personas and KV caps, a dialogue UI, and two headless
 # modes:
 #   godot --headless --path demo_project -- --ai-bench [--npcs N] [--tokens T] [--threads K]
-#         [--json FILE] [--model PATH] [--fps F] [--budget MS]
+#         [--json FILE] [--model PATH] [--fps F] [--budget MS] [--backend NAME] [--device D]
 #     All NPCs say their line in the same frame; the runtime runs them together (batched decode).
 #     Timings come from each session's last_stats(), measured on the main thread when it drains
 #     the events (one-frame resolution): prefill = submit -> first token, decode = first token ->
@@ -134,7 +134,15 @@ func bench() -> void:
 	var cfg := {"threads": threads}
 	if args.has("budget"):
 		cfg["budget_ms"] = float(args.budget)
-	GeistEngine.configure(cfg)
+	if args.has("backend"):  # e.g. vulkan: the NPCs' model on the GPU (the default: the CPU)
+		cfg["backend"] = str(args.backend)
+	if args.has("device"):
+		cfg["device"] = str(args.device)
+	var cfg_rc: int = GeistEngine.configure(cfg)
+	if cfg_rc != OK:
+		printerr("GeistEngine.configure(", cfg, ") failed: ", error_string(cfg_rc))
+		get_tree().quit(2)
+		return
 	var ld := load_model()
 	if ld.rc != OK:
 		printerr("cannot load ", model_path(), ": ", model.get_error())
@@ -205,6 +213,8 @@ func bench() -> void:
 		"model": model_path().get_file(),
 		"architecture": info.get("architecture", ""),
 		"backend": info.get("backend", ""),
+		"device": GeistEngine.stats().get("device", ""),
+		"renderer": RenderingServer.get_video_adapter_name(),
 		"threads": threads,
 		"runtime": GeistEngine.stats().runtime,
 		"npcs": n_npcs,

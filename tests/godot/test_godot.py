@@ -126,6 +126,31 @@ def test_ai_bench(godot: Path, model_file: Path, tmp_path: Path) -> None:
     assert fm["p99"] < 20.0, f"main-thread p99 frame time {fm['p99']} ms"
 
 
+def test_ai_bench_on_the_vulkan_backend(godot: Path, model_file: Path, tmp_path: Path) -> None:
+    # `--ai-bench --backend vulkan` puts the NPCs' model on a Vulkan device through
+    # GeistEngine.configure (lavapipe here: slow, so one NPC and two tokens); the JSON names the
+    # backend and the device
+    if not any(Path("/usr/share/vulkan/icd.d", n).is_file()
+               for n in ("lvp_icd.json", "lvp_icd.x86_64.json")):
+        pytest.skip("lavapipe (mesa-vulkan-drivers) is not installed")
+    demo = tmp_path / "demo"
+    shutil.copytree(ROOT / "demo_project", demo, symlinks=True,
+                    ignore=shutil.ignore_patterns(".godot", "addons", "models"))
+    (demo / "addons").mkdir()
+    (demo / "addons" / "geist").symlink_to(ADDON)
+    (demo / ".godot").mkdir()
+    (demo / ".godot" / "extension_list.cfg").write_text(
+        "res://addons/geist/geist.gdextension\n", encoding="utf-8")
+    out = tmp_path / "bench.json"
+    r = run_godot(godot, ["--path", str(demo), "--", "--ai-bench", "--npcs", "1", "--tokens",
+                          "2", "--backend", "vulkan", "--device", "llvmpipe", "--json",
+                          str(out), "--model", str(model_file)], tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["backend"] == "vulkan" and "llvmpipe" in data["device"], data["device"]
+    assert data["all_replied"] and data["generated_tokens"] > 0
+
+
 def test_addon_in_fresh_project(godot: Path, model_file: Path, tmp_path: Path) -> None:
     proj = make_project(tmp_path / "fresh", "fresh")  # a real copy, not a link
     (proj / "npc_check.gd").write_text(
