@@ -256,7 +256,9 @@ static void test_mixed_types_and_int8(void) {
         /* quant: n_in, blocks (3 rows), fmt; the source it reads */
         CHECK(ds[2].pc[0] == d && ds[2].pc[1] == 3 * d / 256 && ds[2].pc[2] == 1 &&
               ds[2].bind[2].index == GT_MTL_S_XN);
-        CHECK(ds[4].pc[1] == 3 * d / 32 && ds[4].pc[2] == 0 && ds[4].groups_x == 1);
+        /* a workgroup per 64 words of 8-bit rows: 8 blocks of 32 (one block of 256: ds[2]) */
+        CHECK(ds[4].pc[1] == 3 * d / 32 && ds[4].pc[2] == 0 && ds[4].groups_x == (3 * d / 32 + 7) / 8);
+        CHECK(ds[2].groups_x == 3 * d / 256);
         CHECK(ds[6].pc[2] == 1 && ds[7].pc[1] == GT_TYPE_Q6_K);
         CHECK(ds[11].pc[0] == qd && ds[11].pc[1] == 3 * qd / 32 && ds[11].pc[2] == 0 &&
               ds[11].bind[2].index == GT_MTL_S_ATT && ds[12].pc[1] == GT_TYPE_Q5_0);
