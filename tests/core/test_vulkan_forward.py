@@ -315,6 +315,20 @@ def test_attn_chunk_out_of_range_is_refused() -> None:
             geist.Engine(backend="vulkan", attn_chunk=bad)
 
 
+def test_unknown_device_flags_are_refused() -> None:
+    # GEIST_DEVICE_NO_IMPORT | GEIST_DEVICE_PROFILE are the known bits; any other is an error
+    from geist._binding import ffi, last_error, lib
+
+    opts = ffi.new("geist_engine_options *")
+    lib.geist_engine_options_default(opts)
+    name = ffi.new("char[]", b"vulkan")
+    opts.backend = name
+    opts.device_flags = lib.GEIST_DEVICE_PROFILE | (1 << 7)
+    out = ffi.new("geist_engine **")
+    assert lib.geist_engine_create(opts, out) != 0
+    assert "unknown device_flags 0x82" in last_error()
+
+
 def test_kv_modes_the_device_lacks_are_refused() -> None:
     eng = geist.Engine(backend="vulkan")
     with geist.Model.load(testing.fixture_path("llama", "Q8_0"), engine=eng) as m:
