@@ -22,6 +22,7 @@
 #include "backend/metal/step.h"
 #include "backend/vulkan/vk.h"
 #include "backend/vulkan/vk_spv.h"
+#include "vk_hbuf.h"
 #include "geist.h"
 #include "model/model.h"
 
@@ -29,12 +30,6 @@ static const int32_t PROMPT_A[8] = {5, 17, 42, 99, 123, 7, 250, 3};
 static const int32_t NEXT_A = 77;
 static const int32_t PROMPT_B[5] = {11, 200, 150, 8, 64};
 #define MAX_SEQ 32
-
-typedef struct hbuf {
-    VkBuffer b;
-    VkDeviceMemory mem;
-    void *map;
-} hbuf;
 
 typedef struct kvs {
     hbuf b;
@@ -61,34 +56,6 @@ typedef struct runner {
 static int fail(const char *what) {
     printf("test_metal_step_vk: FAILED: %s\n", what);
     return 1;
-}
-
-static int hbuf_make(gt_vk_ctx *c, uint64_t size, hbuf *o) {
-    memset(o, 0, sizeof *o);
-    const VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
-                                    .size = size < 16 ? 16 : size,
-                                    .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
-                                    .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
-    if (c->f.CreateBuffer(c->dev, &bci, NULL, &o->b) != VK_SUCCESS) return 1;
-    VkMemoryRequirements rq;
-    c->f.GetBufferMemoryRequirements(c->dev, o->b, &rq);
-    const int32_t t = gt_vk_memory_type(c, rq.memoryTypeBits,
-                                        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
-                                            VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
-    const VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
-                                      .allocationSize = rq.size, .memoryTypeIndex = (uint32_t)t};
-    if (t < 0 || c->f.AllocateMemory(c->dev, &mai, NULL, &o->mem) != VK_SUCCESS) return 1;
-    if (c->f.BindBufferMemory(c->dev, o->b, o->mem, 0) != VK_SUCCESS) return 1;
-    if (c->f.MapMemory(c->dev, o->mem, 0, VK_WHOLE_SIZE, 0, &o->map) != VK_SUCCESS) return 1;
-    memset(o->map, 0, (size_t)bci.size);
-    return 0;
-}
-
-static void hbuf_free(gt_vk_ctx *c, hbuf *o) {
-    if (o->map) c->f.UnmapMemory(c->dev, o->mem);
-    if (o->b) c->f.DestroyBuffer(c->dev, o->b, NULL);
-    if (o->mem) c->f.FreeMemory(c->dev, o->mem, NULL);
-    memset(o, 0, sizeof *o);
 }
 
 static int make_pipelines(runner *r) {

@@ -16,45 +16,15 @@
 #include "backend/act_quant.h"
 #include "backend/vulkan/vk.h"
 #include "backend/vulkan/vk_spv.h"
+#include "vk_hbuf.h"
 
 #define NB256 40 /* blocks of 256 */
 #define N (256 * NB256)
 #define NB32 (8 * NB256 - 3) /* blocks of 32: the last workgroup has 5 of its 8 */
 
-typedef struct hbuf {
-    VkBuffer b;
-    VkDeviceMemory mem;
-    void *map;
-} hbuf;
-
 static int fail(const char *what) {
     printf("test_vk_actq: FAILED: %s\n", what);
     return 1;
-}
-
-static int hbuf_make(gt_vk_ctx *c, uint64_t size, hbuf *o) {
-    memset(o, 0, sizeof *o);
-    const VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
-                                    .size = size,
-                                    .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
-                                    .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
-    if (c->f.CreateBuffer(c->dev, &bci, NULL, &o->b) != VK_SUCCESS) return 1;
-    VkMemoryRequirements rq;
-    c->f.GetBufferMemoryRequirements(c->dev, o->b, &rq);
-    const int32_t t = gt_vk_memory_type(c, rq.memoryTypeBits,
-                                        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
-                                            VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
-    const VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
-                                      .allocationSize = rq.size, .memoryTypeIndex = (uint32_t)t};
-    if (t < 0 || c->f.AllocateMemory(c->dev, &mai, NULL, &o->mem) != VK_SUCCESS) return 1;
-    if (c->f.BindBufferMemory(c->dev, o->b, o->mem, 0) != VK_SUCCESS) return 1;
-    return c->f.MapMemory(c->dev, o->mem, 0, VK_WHOLE_SIZE, 0, &o->map) != VK_SUCCESS;
-}
-
-static void hbuf_free(gt_vk_ctx *c, hbuf *o) {
-    if (o->map) c->f.UnmapMemory(c->dev, o->mem);
-    if (o->b) c->f.DestroyBuffer(c->dev, o->b, NULL);
-    if (o->mem) c->f.FreeMemory(c->dev, o->mem, NULL);
 }
 
 static uint32_t rng = 12345u;
