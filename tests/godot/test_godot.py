@@ -81,6 +81,19 @@ def make_project(root: Path, name: str, link_addon: bool = False) -> Path:
     return root
 
 
+def demo_copy(tmp: Path) -> Path:
+    """demo_project copied without its imports, addon and models, the addon linked and listed."""
+    demo = tmp / "demo"
+    shutil.copytree(ROOT / "demo_project", demo, symlinks=True,
+                    ignore=shutil.ignore_patterns(".godot", "addons", "models"))
+    (demo / "addons").mkdir()
+    (demo / "addons" / "geist").symlink_to(ADDON)
+    (demo / ".godot").mkdir()
+    (demo / ".godot" / "extension_list.cfg").write_text(
+        "res://addons/geist/geist.gdextension\n", encoding="utf-8")
+    return demo
+
+
 def test_gdscript_suite(godot: Path, model_file: Path, tmp_path: Path) -> None:
     proj = make_project(tmp_path / "proj", "geist tests", link_addon=True)
     shutil.copy(ROOT / "tests" / "godot" / "test_geist.gd", proj / "test_geist.gd")
@@ -94,14 +107,7 @@ def test_gdscript_suite(godot: Path, model_file: Path, tmp_path: Path) -> None:
 
 
 def test_ai_bench(godot: Path, model_file: Path, tmp_path: Path) -> None:
-    demo = tmp_path / "demo"
-    shutil.copytree(ROOT / "demo_project", demo, symlinks=True,
-                    ignore=shutil.ignore_patterns(".godot", "addons", "models"))
-    (demo / "addons").mkdir()
-    (demo / "addons" / "geist").symlink_to(ADDON)
-    (demo / ".godot").mkdir()
-    (demo / ".godot" / "extension_list.cfg").write_text(
-        "res://addons/geist/geist.gdextension\n", encoding="utf-8")
+    demo = demo_copy(tmp_path)
     out = tmp_path / "bench.json"
     r = run_godot(godot, ["--path", str(demo), "--", "--ai-bench", "--npcs", "4", "--tokens",
                           "32", "--threads", "1", "--json", str(out), "--model",
@@ -133,14 +139,7 @@ def test_ai_bench_on_the_vulkan_backend(godot: Path, model_file: Path, tmp_path:
     if not any(Path("/usr/share/vulkan/icd.d", n).is_file()
                for n in ("lvp_icd.json", "lvp_icd.x86_64.json")):
         pytest.skip("lavapipe (mesa-vulkan-drivers) is not installed")
-    demo = tmp_path / "demo"
-    shutil.copytree(ROOT / "demo_project", demo, symlinks=True,
-                    ignore=shutil.ignore_patterns(".godot", "addons", "models"))
-    (demo / "addons").mkdir()
-    (demo / "addons" / "geist").symlink_to(ADDON)
-    (demo / ".godot").mkdir()
-    (demo / ".godot" / "extension_list.cfg").write_text(
-        "res://addons/geist/geist.gdextension\n", encoding="utf-8")
+    demo = demo_copy(tmp_path)
     out = tmp_path / "bench.json"
     r = run_godot(godot, ["--path", str(demo), "--", "--ai-bench", "--npcs", "1", "--tokens",
                           "2", "--backend", "vulkan", "--device", "llvmpipe", "--json",
