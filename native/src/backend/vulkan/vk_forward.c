@@ -42,13 +42,15 @@
 #define MM_MIN_TOK 8u
 
 /* P_MATVEC8: matvec.comp with ROWS8 = 1 (8 rows per workgroup), for quantized weights;
+ * P_MATVEC2: ROWS8 = 2 (2 rows of 32 lanes, a block a lane), for blocks of 32 in steps of at
+ * most 8 rows (mv_pipe);
  * P_ATTN_PART, P_ATTN_MERGE: the split attention of decode rows (split_of below);
  * P_MATMUL: matmul.comp, tiles of rows x tokens for quantized weights in longer steps */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
-       P_ATTN_PART, P_ATTN_MERGE, P_MATMUL, P_COUNT };
+       P_ATTN_PART, P_ATTN_MERGE, P_MATMUL, P_MATVEC2, P_COUNT };
 static const char *const k_pipe_names[P_COUNT] = {
     "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
-    "attn_part", "attn_merge", "matmul"};
+    "attn_part", "attn_merge", "matmul", "matvec"};
 
 /* The split attention (attn_part.comp, attn_merge.comp), when the engine asks for it
  * (device_attn_chunk > 0; by default every row runs attn.comp, cpu_scalar's order): a session's
@@ -113,6 +115,10 @@ typedef struct gt_vk_fwd {
     pthread_mutex_t lock; /* one step (or KV copy) of this model at a time */
     bool pipelines;       /* created (at the first session) */
     bool mm;              /* matmul.comp fits the device's limits (shared memory) */
+    /* decode's blocks-of-32 products on 32 lanes a row (P_MATVEC2): a GPU's lanes hide their
+     * loads' latency so, but a CPU device (lavapipe) runs every lane, and the 4x workgroups
+     * repeating the in-product 8-bit rows cost it ~6x: it keeps 8 lanes a row */
+    bool wide;
     VkDescriptorSetLayout dsl;
     VkPipelineLayout pl;
     VkPipeline pipe[P_COUNT];
@@ -513,6 +519,7 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     /* matmul.comp only where the device has its shared memory (MM_SHARED) and 128 lanes */
     const VkPhysicalDeviceLimits *lim = &c->props.limits;
     fw->mm = lim->maxComputeSharedMemorySize >= MM_SHARED && lim->maxComputeWorkGroupInvocations >= 128;
+    fw->wide = c->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     for (int p = 0; p < P_COUNT; p++) {
         if (p == P_MATMUL && !fw->mm) continue; /* left VK_NULL_HANDLE: never dispatched */
         const gt_vk_spv *s = NULL;
@@ -524,15 +531,16 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         VkShaderModule mod;
         if (c->f.CreateShaderModule(c->dev, &smci, NULL, &mod) != VK_SUCCESS)
             return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot load shader %s", s->name);
-        /* matvec.comp's ROWS8 = 1 and NORM_EPS, the model's RMSNorm epsilon */
-        const struct { uint32_t rows8; float eps; } sv = {1, vm->model->cfg.eps};
+        /* matvec.comp's ROWS8 (1 or 2) and NORM_EPS, the model's RMSNorm epsilon */
+        const struct { uint32_t rows8; float eps; } sv = {p == P_MATVEC2 ? 2u : 1u,
+                                                          vm->model->cfg.eps};
         const VkSpecializationMapEntry sme[2] = {{0, 0, 4}, {1, 4, 4}};
         const VkSpecializationInfo spec = {2, sme, sizeof sv, &sv};
         const VkComputePipelineCreateInfo cpci = {
             .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
             .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                       .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main",
-                      .pSpecializationInfo = p == P_MATVEC8 ? &spec : NULL},
+                      .pSpecializationInfo = p == P_MATVEC8 || p == P_MATVEC2 ? &spec : NULL},
             .layout = fw->pl};
         const VkResult r = c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &cpci, NULL,
                                                        &fw->pipe[p]);
@@ -805,6 +813,7 @@ typedef struct rec {
     bool force;    /* a barrier before the next dispatch (after one of unknown writes) */
     bool disjoint; /* the dispatches write disjoint ranges of what they share (per session) */
     bool mm;       /* fw->mm: longer steps' quantized products take matmul.comp */
+    bool wide;     /* fw->wide: decode's blocks-of-32 products take P_MATVEC2 */
     uint32_t role; /* geist_device_role of the dispatches planned now */
 } rec;
 
@@ -817,7 +826,7 @@ static const uint32_t k_writes[P_COUNT] = {
     [P_EMBED] = WB(3), [P_QUANT] = WB(4) | WB(5), [P_MATVEC] = WB(3), [P_RMSNORM] = WB(3),
     [P_ROPE] = WB(2) | WB(3), [P_KVSTORE] = WB(6), [P_ATTN] = WB(3) | WB(5), [P_ACT] = WB(3),
     [P_MATVEC8] = WB(3), [P_ATTN_PART] = WB(5), [P_ATTN_MERGE] = WB(3),
-    [P_MATMUL] = WB(3)};
+    [P_MATMUL] = WB(3), [P_MATVEC2] = WB(3)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
     for (uint32_t i = 0; i < n; i++)
@@ -846,7 +855,8 @@ static cmd *plan_next(rec *r) {
 static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *pc, uint32_t pcs,
                      uint32_t groups) {
     if (r->failed || groups == 0) return;
-    if (pipe != P_MATVEC && pipe != P_MATVEC8 && pipe != P_MATMUL && pipe != P_QUANT)
+    if (pipe != P_MATVEC && pipe != P_MATVEC8 && pipe != P_MATVEC2 && pipe != P_MATMUL &&
+        pipe != P_QUANT)
         r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
     const uint32_t wmask = k_writes[pipe] ? k_writes[pipe] : 0xFFu;
     bool hazard = k_writes[pipe] == 0 || r->force;
@@ -997,6 +1007,16 @@ static bool selfq_fits(uint32_t n_in, uint32_t n_tok) {
     return n_tok <= 8 && (uint64_t)n_tok * n_in / 4 <= 3072;
 }
 
+/* A quantized product's matvec.comp: blocks of 32 in steps of at most 8 rows on 32 lanes a row
+ * (a block a lane: its loads at once) where fw->wide, else 8 lanes a row; the same bits */
+static void dispatch_mv8(rec *r, const wref *w, const VkBuffer b[N_BIND], const uint32_t pc[9],
+                         uint32_t n_tok) {
+    if (r->wide && act_fmt(w->type) == 0 && n_tok <= 8)
+        dispatch(r, P_MATVEC2, b, pc, 9 * sizeof pc[0], (w->n_out + 1) / 2);
+    else
+        dispatch(r, P_MATVEC8, b, pc, 9 * sizeof pc[0], (w->n_out + 7) / 8);
+}
+
 /* matvec.comp's in-product steps (bits of its `accumulate`) */
 enum { MV_ACC = 1, MV_SELFQ = 2, MV_ROPE = 8, MV_NORM = 16 };
 
@@ -1015,7 +1035,7 @@ static void rec_mv_fused(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y,
                                 (bits & MV_NORM) ? r->fw->norms.buf : r->fw->aq.buf,
                                 (bits & MV_ROPE) ? r->fw->in.buf : r->fw->ad.buf, 0, 0};
-    dispatch(r, P_MATVEC8, b, pc, sizeof pc, (w->n_out + 7) / 8);
+    dispatch_mv8(r, w, b, pc, n_tok);
 }
 
 static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok, bool acc) {
@@ -1030,7 +1050,7 @@ static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
     if (fmt >= 0 && !selfq && n_tok > MM_MIN_TOK && r->mm) { /* tiles of MM_TM rows x MM_TN tokens */
         const uint32_t tiles = ((w->n_out + MM_TM - 1) / MM_TM) * ((n_tok + MM_TN - 1) / MM_TN);
         dispatch(r, P_MATMUL, b, pc, sizeof pc, tiles);
-    } else if (fmt >= 0) dispatch(r, P_MATVEC8, b, pc, sizeof pc, (w->n_out + 7) / 8);
+    } else if (fmt >= 0) dispatch_mv8(r, w, b, pc, n_tok);
     else dispatch(r, P_MATVEC, b, pc, sizeof pc, w->n_out);
 }
 
@@ -1177,7 +1197,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         }
     }
 
-    rec r = {.c = c, .fw = fw, .aq_src = VK_NULL_HANDLE, .aq_fmt = -1, .mm = fw->mm,
+    rec r = {.c = c, .fw = fw, .aq_src = VK_NULL_HANDLE, .aq_fmt = -1, .mm = fw->mm, .wide = fw->wide,
              .role = GEIST_ROLE_EMBED};
     const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
     const uint32_t hk = (uint32_t)cf->head_dim_k, nrot = (uint32_t)cf->n_rot;

@@ -1,5 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 // y[t * ldy + y_off + r] (+)= dot(W[r], x[t]) for t < n_tok, one workgroup per output row r (y_off:
 // the first row of a weight split over several buffers, vk_forward.c's parts). Up to 8
 // tokens share one pass over the row (decode batches of several sessions); more tokens loop.
@@ -9,7 +10,10 @@
 // ROWS8 (a specialization constant; 0 by default, as metal/step.c dispatches it): 0, one workgroup
 // per output row, 8 of its lanes busy on quantized weights; 1 (quantized weights only, the vulkan
 // backend's choice for them), 8 rows per workgroup, 8 lanes each: the same lanes' sums in the
-// same order, so the same bits, with every lane busy and an eighth of the workgroups. With
+// same order, so the same bits, with every lane busy and an eighth of the workgroups; 2 (blocks
+// of 32 only, the vulkan backend's choice for steps of at most 8 rows), 2 rows per workgroup, 32
+// lanes each, a block a lane and round, the 8 lanes' sums then made from the blocks' floats in
+// the same order: the same bits with a lane's weight loads at once, not a chain of them. With
 // ROWS8, bit 1 of `accumulate` (never set by metal/step.c) says: make x's 8-bit rows here, in
 // shared memory, instead of reading quant.comp's (each workgroup repeats the few blocks, all 64
 // lanes on them, a word of 4 values each: actq.glsl, the same arithmetic), saving a dispatch and
@@ -39,8 +43,10 @@ layout(push_constant) uniform P {
 #include "exact.glsl"
 #define NT 8u
 #define SQ_WORDS 3072u
+#define AR 8u // rounds of 8-bit rows whose values a lane loads at once
 shared float red[NT][64];
-shared float ys[64]; // bit 3: the rows' sums [slot][token], for the rotation
+shared float ys[64];
+shared float pb[2][NT][32]; // ROWS8 2: a round's block floats [row][token][block] // bit 3: the rows' sums [slot][token], for the rotation
 shared float nscale[NT]; // bit 4: the chunk's rows' RMSNorm scales
 #include "rmsscale.glsl"
 shared uint SQ[SQ_WORDS];      // this chunk's 8-bit rows (bit 1 of accumulate)
@@ -76,12 +82,81 @@ int dot4(uint a, int w0, int w1, int w2, int w3) {
            (int(a) >> 24) * w3;
 }
 
+// block b of row (bytes from w_off) of a blocks-of-32 type: its 32 integer codes (n - 16 for
+// Q5_0, n - 8 for Q4_0), its scale d and (Q4_1) min m
+void block_w(uint row, uint b, out int wq[32], out float d, out float m) {
+    m = 0.0;
+    if (wtype == T_Q8_0) {
+        uint bb = row + 34u * b;
+        d = w_f16(bb);
+        // the 32 codes as 8 words (blocks sit at even offsets: 0 or 16 bits in)
+        uint wi = (bb + 2u) >> 2, sh = ((bb + 2u) & 3u) * 8u;
+        for (uint w = 0u; w < 8u; w++) {
+            uint word = sh == 0u ? W[wi + w] : (W[wi + w] >> 16) | (W[wi + w + 1u] << 16);
+            for (uint k = 0u; k < 4u; k++) wq[4u * w + k] = sext8((word >> (8u * k)) & 0xFFu);
+        }
+    } else if (wtype == T_Q5_0) {
+        // n - 16 per value: the integer sum is quants.c's sum(n * q) - 16 * sx
+        uint bb = row + 22u * b;
+        d = w_f16(bb);
+        uint qh = w_byte(bb + 2u) | (w_byte(bb + 3u) << 8) | (w_byte(bb + 4u) << 16) |
+                  (w_byte(bb + 5u) << 24);
+        for (uint j = 0u; j < 16u; j++) {
+            uint q = w_byte(bb + 6u + j);
+            wq[j] = int((q & 15u) | (((qh >> j) & 1u) << 4)) - 16;
+            wq[j + 16u] = int((q >> 4) | (((qh >> (j + 16u)) & 1u) << 4)) - 16;
+        }
+    } else {
+        uint hdr = wtype == T_Q4_0 ? 2u : 4u;
+        uint bb = row + (wtype == T_Q4_0 ? 18u : 20u) * b;
+        d = w_f16(bb);
+        if (wtype == T_Q4_1) m = w_f16(bb + 2u);
+        int off = wtype == T_Q4_0 ? 8 : 0;
+        if (((bb + hdr) & 3u) == 0u) { // the 16 bytes as 4 aligned words
+            for (uint w = 0u; w < 4u; w++) {
+                uint q = W[(bb + hdr) / 4u + w];
+                for (uint k = 0u; k < 4u; k++) {
+                    uint v = q >> (8u * k);
+                    wq[4u * w + k] = int(v & 15u) - off;
+                    wq[4u * w + k + 16u] = int((v >> 4) & 15u) - off;
+                }
+            }
+        } else {
+            for (uint j = 0u; j < 16u; j++) {
+                uint q = w_byte(bb + hdr + j);
+                wq[j] = int(q & 15u) - off;
+                wq[j + 16u] = int(q >> 4) - off;
+            }
+        }
+    }
+}
+// block b's float for token t, cpu_scalar's (quants.c dot_q_32): (d_w * d_x) * isum
+// [+ (m_w * d_x) * sum_x], without fused multiply-adds
+float block_pr(int wq[32], float d, float m, uint t, uint b, uint nb) {
+    int isum = 0, asum = 0; // integers: any order gives the same sums
+    for (uint w = 0u; w < 8u; w++) {
+        uint a = aqw(t, 8u * b + w);
+        isum += dot4(a, wq[4u * w], wq[4u * w + 1u], wq[4u * w + 2u], wq[4u * w + 3u]);
+        asum += bsum4(a);
+    }
+    float dx = adv(t, b, nb);
+    precise float dd = d * dx;
+    precise float pr = dd * float(isum);
+    if (wtype == T_Q4_1) {
+        precise float md = m * dx;
+        precise float p2 = md * float(asum);
+        pr = pr + p2;
+    }
+    return pr;
+}
+
 void main() {
     // rows beyond 65535 workgroups continue in y (a large vocabulary)
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x, lid = gl_LocalInvocationID.x;
-    uint slot = ROWS8 != 0u ? lid >> 3 : 0u;  // which of the workgroup's rows
-    uint lane = ROWS8 != 0u ? lid & 7u : lid; // which lane of that row
-    uint r = ROWS8 != 0u ? 8u * wg + slot : wg;
+    // ROWS8 1: 8 rows of 8 lanes; 2: 2 rows of 32 lanes
+    uint slot = ROWS8 == 1u ? lid >> 3 : (ROWS8 == 2u ? lid >> 5 : 0u); // which of the workgroup's rows
+    uint lane = ROWS8 == 1u ? lid & 7u : (ROWS8 == 2u ? lid & 31u : lid); // which lane of that row
+    uint r = ROWS8 == 1u ? 8u * wg + slot : (ROWS8 == 2u ? 2u * wg + slot : wg);
     if (ROWS8 == 0u && r >= p.n_out) return; // the whole workgroup: before any barrier
     bool valid = r < p.n_out; // ROWS8: the last workgroup's spare rows take the barriers only
     uint row = p.w_off + (valid ? r : 0u) * p.row_bytes;
@@ -103,15 +178,51 @@ void main() {
         if (selfq) { // the chunk's rows, quantized by the whole workgroup, 64 words a round
             if (normed) barrier();
             uint nw = nt * (p.n_in >> 2); // the words' order is aqw's, their blocks' adv's
-            for (uint w0 = 0u; w0 < nw; w0 += 64u) actq_round(t0 * p.n_in, w0, nw, lid, kq);
+            // AR rounds' values loaded at once, then their rounds: one wait for the loads
+            for (uint w0 = 0u; w0 < nw; w0 += 64u * AR) {
+                float xr[AR][4];
+                [[unroll]] for (uint r = 0u; r < AR; r++)
+                    if (w0 + 64u * r < nw) actq_load(t0 * p.n_in, w0 + 64u * r, nw, lid, xr[r]);
+                [[unroll]] for (uint r = 0u; r < AR; r++)
+                    if (w0 + 64u * r < nw) actq_round_x(w0 + 64u * r, nw, lid, kq, xr[r]);
+            }
             barrier();
         }
         float acc[NT];
         for (uint k = 0u; k < NT; k++) acc[k] = 0.0;
-        if (ROWS8 == 0u && (wtype == T_F32 || wtype == T_F16)) {
+        if (ROWS8 == 2u) {
+            // blocks of 32 only: a round's block b0 + l of a row on its lane l, its floats for
+            // the chunk's tokens into pb; then lane (k, j) (for both rows) adds the round's blocks
+            // b = j (mod 8) in increasing b into its accumulator: cpu_scalar's lanes, order and
+            // sums, as the 8-lane path, but a block a lane (its loads at once, not in a chain)
+            uint ck = lid >> 3, cj = lid & 7u;
+            precise float ca0 = 0.0, ca1 = 0.0;
+            for (uint b0 = 0u; b0 < nb; b0 += 32u) {
+                uint b = b0 + lane;
+                if (valid && b < nb) {
+                    int wq[32];
+                    float d, m;
+                    block_w(row, b, wq, d, m);
+                    [[unroll]] for (uint k = 0u; k < NT; k++) {
+                        if (k >= nt) break;
+                        pb[slot][k][lane] = block_pr(wq, d, m, t0 + k, b, nb);
+                    }
+                }
+                barrier();
+                if (ck < nt)
+                    for (uint bl = cj; bl < 32u && b0 + bl < nb; bl += 8u) {
+                        ca0 = ca0 + pb[0][ck][bl];
+                        ca1 = ca1 + pb[1][ck][bl];
+                    }
+                barrier();
+            }
+            red[ck][cj] = ca0;
+            red[ck][8u + cj] = ca1;
+        } else if (ROWS8 == 0u && (wtype == T_F32 || wtype == T_F16)) {
             for (uint i = lid; i < p.n_in; i += 64u) {
                 float w = wtype == T_F32 ? w_f32(row + 4u * i) : w_f16(row + 2u * i);
-                for (uint k = 0u; k < nt; k++) acc[k] += w * X[(t0 + k) * p.n_in + i];
+                [[unroll]] for (uint k = 0u; k < NT; k++)
+                    if (k < nt) acc[k] += w * X[(t0 + k) * p.n_in + i];
             }
         } else if (valid && lane < 8u && (wtype == T_Q4_K || wtype == T_Q6_K)) {
             // super-blocks of 256 against fmt-1 activations (quant.comp), as quants.c dot_q_k:
@@ -121,7 +232,8 @@ void main() {
                 if (wtype == T_Q4_K) {
                     uint bb = row + 144u * b;
                     float d = w_f16(bb), dmin = w_f16(bb + 2u);
-                    for (uint k = 0u; k < nt; k++) {
+                    [[unroll]] for (uint k = 0u; k < NT; k++) { // k < nt: acc[k] in registers
+                        if (k >= nt) break;
                         uint t = t0 + k;
                         int A = 0, B = 0;
                         for (uint j = 0u; j < 8u; j++) {
@@ -154,7 +266,8 @@ void main() {
                 } else {
                     uint bb = row + 210u * b;
                     float d = w_f16(bb + 208u);
-                    for (uint k = 0u; k < nt; k++) {
+                    [[unroll]] for (uint k = 0u; k < NT; k++) { // k < nt: acc[k] in registers
+                        if (k >= nt) break;
                         uint t = t0 + k;
                         int A = 0;
                         for (uint g = 0u; g < 16u; g++) {
@@ -181,73 +294,18 @@ void main() {
             // (d_w * d_x) * isum [+ (m_w * d_x) * sum_x], without fused multiply-adds
             for (uint b = lane; b < nb; b += 8u) {
                 int wq[32];
-                float d, m = 0.0;
-                if (wtype == T_Q8_0) {
-                    uint bb = row + 34u * b;
-                    d = w_f16(bb);
-                    // the 32 codes as 8 words (blocks sit at even offsets: 0 or 16 bits in)
-                    uint wi = (bb + 2u) >> 2, sh = ((bb + 2u) & 3u) * 8u;
-                    for (uint w = 0u; w < 8u; w++) {
-                        uint word = sh == 0u ? W[wi + w] : (W[wi + w] >> 16) | (W[wi + w + 1u] << 16);
-                        for (uint k = 0u; k < 4u; k++) wq[4u * w + k] = sext8((word >> (8u * k)) & 0xFFu);
-                    }
-                } else if (wtype == T_Q5_0) {
-                    // n - 16 per value: the integer sum is quants.c's sum(n * q) - 16 * sx
-                    uint bb = row + 22u * b;
-                    d = w_f16(bb);
-                    uint qh = w_byte(bb + 2u) | (w_byte(bb + 3u) << 8) | (w_byte(bb + 4u) << 16) |
-                              (w_byte(bb + 5u) << 24);
-                    for (uint j = 0u; j < 16u; j++) {
-                        uint q = w_byte(bb + 6u + j);
-                        wq[j] = int((q & 15u) | (((qh >> j) & 1u) << 4)) - 16;
-                        wq[j + 16u] = int((q >> 4) | (((qh >> (j + 16u)) & 1u) << 4)) - 16;
-                    }
-                } else {
-                    uint hdr = wtype == T_Q4_0 ? 2u : 4u;
-                    uint bb = row + (wtype == T_Q4_0 ? 18u : 20u) * b;
-                    d = w_f16(bb);
-                    if (wtype == T_Q4_1) m = w_f16(bb + 2u);
-                    int off = wtype == T_Q4_0 ? 8 : 0;
-                    if (((bb + hdr) & 3u) == 0u) { // the 16 bytes as 4 aligned words
-                        for (uint w = 0u; w < 4u; w++) {
-                            uint q = W[(bb + hdr) / 4u + w];
-                            for (uint k = 0u; k < 4u; k++) {
-                                uint v = q >> (8u * k);
-                                wq[4u * w + k] = int(v & 15u) - off;
-                                wq[4u * w + k + 16u] = int((v >> 4) & 15u) - off;
-                            }
-                        }
-                    } else {
-                        for (uint j = 0u; j < 16u; j++) {
-                            uint q = w_byte(bb + hdr + j);
-                            wq[j] = int(q & 15u) - off;
-                            wq[j + 16u] = int(q >> 4) - off;
-                        }
-                    }
-                }
-                for (uint k = 0u; k < nt; k++) {
-                    uint t = t0 + k;
-                    int isum = 0, asum = 0; // integers: any order gives the same sums
-                    for (uint w = 0u; w < 8u; w++) {
-                        uint a = aqw(t, 8u * b + w);
-                        isum += dot4(a, wq[4u * w], wq[4u * w + 1u], wq[4u * w + 2u], wq[4u * w + 3u]);
-                        asum += bsum4(a);
-                    }
-                    float dx = adv(t, b, nb);
-                    precise float dd = d * dx;
-                    precise float pr = dd * float(isum);
-                    if (wtype == T_Q4_1) {
-                        precise float md = m * dx;
-                        precise float p2 = md * float(asum);
-                        pr = pr + p2;
-                    }
-                    precise float s = acc[k] + pr;
+                float d, m;
+                block_w(row, b, wq, d, m);
+                [[unroll]] for (uint k = 0u; k < NT; k++) { // k < nt: acc[k] in registers
+                    if (k >= nt) break;
+                    precise float s = acc[k] + block_pr(wq, d, m, t0 + k, b, nb);
                     acc[k] = s;
                 }
             }
         }
         if (wtype != T_F32 && wtype != T_F16) {
-            for (uint k = 0u; k < NT; k++) red[k][lid] = acc[k];
+            if (ROWS8 != 2u) // (ROWS8 2 wrote its rows' 8 lanes there)
+                for (uint k = 0u; k < NT; k++) red[k][lid] = acc[k];
             barrier();
             if (valid && lane < nt) { // lane k of the row: token t0 + k from the row's 8 lanes
                 uint o = (t0 + lane) * p.ldy + p.y_off + r, l0 = 8u * slot;
@@ -271,7 +329,8 @@ void main() {
                     if (j < nrot) {
                         uint at = 5u * p.n_tok + (t0 + lane) * nrot + (j >> 1);
                         float c = AD[at], sn = AD[at + nrot / 2u];
-                        float x0 = ys[8u * (slot & ~1u) + lane], x1 = ys[8u * (slot | 1u) + lane];
+                        uint rs = ROWS8 == 2u ? 32u : 8u; // ys[lid]: lanes of a row rs apart
+                        float x0 = ys[rs * (slot & ~1u) + lane], x1 = ys[rs * (slot | 1u) + lane];
                         precise float ya = x0 * c - x1 * sn, yb = x0 * sn + x1 * c; // as rope.comp
                         Y[o] = (j & 1u) == 0u ? ya : yb;
                     } else {
