@@ -1008,23 +1008,29 @@ static bool selfq_fits(uint32_t n_in, uint32_t n_tok) {
 }
 
 /* A quantized product's matvec.comp: blocks of 32 in steps of at most 8 rows on 32 lanes a row
- * (a block a lane: its loads at once) where fw->wide, else 8 lanes a row; the same bits */
+ * (a block a lane: its loads at once) where fw->wide, for products of few rows (Q, K, V, O,
+ * down: on the H200 10-20 % faster each), else 8 lanes a row (gate/up's 3072 rows and the
+ * logits' 49152 took 1.9x and 2.6x as long on 32 lanes: every workgroup repeats the in-product
+ * 8-bit rows, 4x the workgroups); the same bits */
+#define WIDE_MAX_ROWS 2048u
 static void dispatch_mv8(rec *r, const wref *w, const VkBuffer b[N_BIND], const uint32_t pc[9],
                          uint32_t n_tok) {
-    if (r->wide && act_fmt(w->type) == 0 && n_tok <= 8)
+    if (r->wide && act_fmt(w->type) == 0 && n_tok <= 8 && w->n_out <= WIDE_MAX_ROWS)
         dispatch(r, P_MATVEC2, b, pc, 9 * sizeof pc[0], (w->n_out + 1) / 2);
     else
         dispatch(r, P_MATVEC8, b, pc, 9 * sizeof pc[0], (w->n_out + 7) / 8);
 }
 
 /* matvec.comp's in-product steps (bits of its `accumulate`) */
-enum { MV_ACC = 1, MV_SELFQ = 2, MV_ROPE = 8, MV_NORM = 16 };
+enum { MV_ACC = 1, MV_SELFQ = 2, MV_ROPE = 8, MV_NORM = 16, MV_GATED = 32, MV_GELU = 64 };
 
 /* A quantized product with its 8-bit rows made inside (selfq_fits) and these steps there:
  * MV_ROPE: the output pairs (2i, 2i + 1) of heads of hd values rotated as rope.comp does (the
  * pass inputs' cos/sin bound at 5); MV_NORM: x is the residual stream, normalized as
  * rmsnorm.comp does with the norm vector at float norm_at of fw->norms (bound at 4; below
- * 2^24: gt_vk_fwd_init checks). */
+ * 2^24: gt_vk_fwd_init checks); MV_GATED (MV_GELU: GELU, else SiLU): w is [gate | up] and y
+ * act(gate) * up (ldy values a row), 8 lanes a row, a workgroup's 4 gate rows and their 4 up
+ * rows. */
 static void rec_mv_fused(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok,
                          uint32_t bits, uint32_t norm_at, uint32_t hd, uint32_t n_rot) {
     uint32_t acc = bits | MV_SELFQ;
@@ -1035,7 +1041,10 @@ static void rec_mv_fused(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y,
                                 (bits & MV_NORM) ? r->fw->norms.buf : r->fw->aq.buf,
                                 (bits & MV_ROPE) ? r->fw->in.buf : r->fw->ad.buf, 0, 0};
-    dispatch_mv8(r, w, b, pc, n_tok);
+    if (bits & MV_GATED)
+        dispatch(r, P_MATVEC8, b, pc, sizeof pc, (w->n_out / 2 + 3) / 4);
+    else
+        dispatch_mv8(r, w, b, pc, n_tok);
 }
 
 static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok, bool acc) {
@@ -1287,25 +1296,24 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         rec_residual(&r, &w[W_O], fw->att.buf, N, R->post_attn, cf->eps);
         r.role = GEIST_ROLE_FFN_UP;
         /* gate and up as one product when they lie back to back (GGUF's order), the FFN norm
-         * inside it, then act.comp on its [gate | up] rows into up's scratch, then down making
-         * its 8-bit rows of those (decode-size steps, no post-norm); else norm, gate, up,
-         * act.comp, down. The activation is its own kernel, once per value: inside the down
-         * product every workgroup would repeat all of them. */
+         * and the activation inside it (MV_GATED: each workgroup holds 4 gate rows and their up
+         * rows), into up's scratch, then down making its 8-bit rows of those (decode-size
+         * steps, no post-norm); else norm, gate, up, act.comp, down. (The activation inside
+         * the down product instead would repeat all of them in every workgroup.) */
         const wref *wg = &w[W_GATE], *wu = &w[W_UP], *wdn = &w[W_DOWN];
         const bool fuse_ffn = R->post_ffn == NO_NORM &&
                               wg->buf == wu->buf && wg->type == wu->type && wg->n_in == wu->n_in &&
                               wg->n_out == wu->n_out && act_fmt(wg->type) >= 0 &&
                               act_fmt(wdn->type) >= 0 && selfq_fits(wdn->n_in, N) &&
-                              selfq_fits(d, N) && fw->n_norm < (1u << 24) &&
+                              wg->row0 == 0 && selfq_fits(d, N) && fw->n_norm < (1u << 24) &&
                               (uint64_t)wu->off == (uint64_t)wg->off + (uint64_t)wg->n_out * wg->row_bytes;
         if (fuse_ffn) {
             wref gu = *wg;
-            gu.n_out = gu.ldy = 2 * wg->n_out;
-            rec_mv_fused(&r, &gu, fw->x.buf, fw->gate.buf, N, MV_NORM, R->ffn_norm, 0, 0);
-            const uint32_t pc[3] = {N * nff, cf->act == GT_ACT_GELU_TANH, nff};
-            const VkBuffer b[N_BIND] = {0, 0, fw->gate.buf, fw->up.buf, 0, 0, 0, 0};
-            r.role = GEIST_ROLE_FFN_ACT;
-            dispatch(&r, P_ACT, b, pc, sizeof pc, (N * nff + 63) / 64);
+            gu.n_out = 2 * wg->n_out;
+            gu.ldy = nff;
+            rec_mv_fused(&r, &gu, fw->x.buf, fw->up.buf, N,
+                         MV_NORM | MV_GATED | (cf->act == GT_ACT_GELU_TANH ? MV_GELU : 0),
+                         R->ffn_norm, 0, 0);
             r.role = GEIST_ROLE_FFN_DOWN;
             rec_mv_fused(&r, wdn, fw->up.buf, fw->x.buf, N, MV_ACC, 0, 0, 0); /* x += ffn */
             continue;

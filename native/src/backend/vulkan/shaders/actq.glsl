@@ -23,17 +23,13 @@ float round_away(float v) {
 // one round: words w0 + lane of the nw words from activation x0 (words w0.. of whole blocks; w0 a
 // multiple of 64), each word's block its index / 8 (fmt 0) or / 64 (fmt 1). Every lane of the
 // workgroup calls it together (barriers); lanes past nw only take part.
-// actq_load gives a lane's 4 values of its word (0 past nw), actq_round_x quantizes them: a
-// caller may load several rounds' values before it runs the rounds (their loads in flight at once).
-void actq_load(uint x0, uint w0, uint nw, uint lane, out float x[4]) {
-    uint w = w0 + lane;
-    for (uint k = 0u; k < 4u; k++) x[k] = 0.0;
-    if (w < nw)
-        for (uint k = 0u; k < 4u; k++) x[k] = act_x(x0 + 4u * w + k);
-}
-void actq_round_x(uint w0, uint nw, uint lane, bool k256, float x[4]) {
+void actq_round(uint x0, uint w0, uint nw, uint lane, bool k256) {
     uint w = w0 + lane;
     bool live = w < nw;
+    float x[4];
+    for (uint k = 0u; k < 4u; k++) x[k] = 0.0;
+    if (live)
+        for (uint k = 0u; k < 4u; k++) x[k] = act_x(x0 + 4u * w + k);
     uint word = 0u;
     if (!k256) {
         uint par = (w0 >> 6) & 1u, g0 = lane & ~7u;
@@ -97,10 +93,5 @@ void actq_round_x(uint w0, uint nw, uint lane, bool k256, float x[4]) {
         aq_put(w, word);
         if (lane == 0u) ad_put(w >> 6, amax != 0.0 ? fdiv_rn(1.0, iscale) : 0.0);
     }
-}
-void actq_round(uint x0, uint w0, uint nw, uint lane, bool k256) {
-    float x[4];
-    actq_load(x0, w0, nw, lane, x);
-    actq_round_x(w0, nw, lane, k256, x);
 }
 #endif

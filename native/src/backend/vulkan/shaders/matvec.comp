@@ -1,6 +1,5 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-#extension GL_EXT_control_flow_attributes : require
 // y[t * ldy + y_off + r] (+)= dot(W[r], x[t]) for t < n_tok, one workgroup per output row r (y_off:
 // the first row of a weight split over several buffers, vk_forward.c's parts). Up to 8
 // tokens share one pass over the row (decode batches of several sessions); more tokens loop.
@@ -26,7 +25,10 @@
 // rows are the residual stream, normalized here as rmsnorm.comp does (rmsscale.glsl: the same
 // lanes, the same float-float sums) with the norm vector at float type >> 8 of the norm weights
 // bound at 4 (unused scratch then), saving rmsnorm.comp's dispatch and barrier; the type is then
-// type & 255.
+// type & 255. Bit 5 (with bit 1, ROWS8 1; bit 6: GELU, else SiLU): the gated FFN's
+// activation in the product: W is [gate | up], a workgroup's slots 0-3 4 gate rows and 4-7 the
+// same 4 up rows, y[t * ldy + i] = act(gate_i) * up_i as act.comp (saving its dispatch and
+// barrier).
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint ROWS8 = 0u;
 layout(constant_id = 1) const float NORM_EPS = 1e-5; // bit 4: the model's RMSNorm epsilon
@@ -41,9 +43,9 @@ layout(push_constant) uniform P {
 #include "common.glsl"
 #include "f16.glsl"
 #include "exact.glsl"
+#include "vexp.glsl"
 #define NT 8u
 #define SQ_WORDS 3072u
-#define AR 8u // rounds of 8-bit rows whose values a lane loads at once
 shared float red[NT][64];
 shared float ys[64];
 shared float pb[2][NT][32]; // ROWS8 2: a round's block floats [row][token][block] // bit 3: the rows' sums [slot][token], for the rotation
@@ -81,69 +83,75 @@ int dot4(uint a, int w0, int w1, int w2, int w3) {
     return (int(a << 24) >> 24) * w0 + (int(a << 16) >> 24) * w1 + (int(a << 8) >> 24) * w2 +
            (int(a) >> 24) * w3;
 }
-
-// block b of row (bytes from w_off) of a blocks-of-32 type: its 32 integer codes (n - 16 for
-// Q5_0, n - 8 for Q4_0), its scale d and (Q4_1) min m
-void block_w(uint row, uint b, out int wq[32], out float d, out float m) {
-    m = 0.0;
+// the dot products of the four signed bytes of a with the four bytes of c, signed or unsigned
+int dot4s(uint a, uint c) { return dot4(a, int(c << 24) >> 24, int(c << 16) >> 24, int(c << 8) >> 24, int(c) >> 24); }
+int dot4u(uint a, uint c) { return dot4(a, int(c & 255u), int((c >> 8) & 255u), int((c >> 16) & 255u), int(c >> 24)); }
+// the 4 bytes of the weights from even byte b (blocks of 32 sit at even offsets) as a word
+uint w4(uint b) {
+    uint i = b >> 2;
+    return (b & 2u) == 0u ? W[i] : (W[i] >> 16) | (W[i + 1u] << 16);
+}
+// bits 0..3 of x to bit 4 of bytes 0..3 (Q5_0's fifth bits)
+uint spread4(uint x) { return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25); }
+// A block of 32 as 8 words of 4 codes, word w against the 8-bit activations' word w (values 4w..
+// 4w + 3): Q8_0's signed, the others' unsigned, the value code - off (8 Q4_0, 16 Q5_0; quants.c
+// sums n q and subtracts off sum(q): the same integers); d its scale, m (Q4_1) its min. Named
+// words, not an array: a GPU keeps arrays indexed in loops in per-lane local memory.
+struct Blk { uint c0, c1, c2, c3, c4, c5, c6, c7; float d, m; };
+Blk block_w(uint row, uint b) {
+    Blk k;
+    k.m = 0.0;
     if (wtype == T_Q8_0) {
         uint bb = row + 34u * b;
-        d = w_f16(bb);
-        // the 32 codes as 8 words (blocks sit at even offsets: 0 or 16 bits in)
-        uint wi = (bb + 2u) >> 2, sh = ((bb + 2u) & 3u) * 8u;
-        for (uint w = 0u; w < 8u; w++) {
-            uint word = sh == 0u ? W[wi + w] : (W[wi + w] >> 16) | (W[wi + w + 1u] << 16);
-            for (uint k = 0u; k < 4u; k++) wq[4u * w + k] = sext8((word >> (8u * k)) & 0xFFu);
-        }
-    } else if (wtype == T_Q5_0) {
-        // n - 16 per value: the integer sum is quants.c's sum(n * q) - 16 * sx
-        uint bb = row + 22u * b;
-        d = w_f16(bb);
-        uint qh = w_byte(bb + 2u) | (w_byte(bb + 3u) << 8) | (w_byte(bb + 4u) << 16) |
-                  (w_byte(bb + 5u) << 24);
-        for (uint j = 0u; j < 16u; j++) {
-            uint q = w_byte(bb + 6u + j);
-            wq[j] = int((q & 15u) | (((qh >> j) & 1u) << 4)) - 16;
-            wq[j + 16u] = int((q >> 4) | (((qh >> (j + 16u)) & 1u) << 4)) - 16;
-        }
+        k.d = w_f16(bb);
+        k.c0 = w4(bb + 2u), k.c1 = w4(bb + 6u), k.c2 = w4(bb + 10u), k.c3 = w4(bb + 14u);
+        k.c4 = w4(bb + 18u), k.c5 = w4(bb + 22u), k.c6 = w4(bb + 26u), k.c7 = w4(bb + 30u);
+        return k;
+    }
+    uint bb, q0, q1, q2, q3;
+    if (wtype == T_Q5_0) {
+        bb = row + 22u * b;
+        q0 = w4(bb + 6u), q1 = w4(bb + 10u), q2 = w4(bb + 14u), q3 = w4(bb + 18u);
     } else {
         uint hdr = wtype == T_Q4_0 ? 2u : 4u;
-        uint bb = row + (wtype == T_Q4_0 ? 18u : 20u) * b;
-        d = w_f16(bb);
-        if (wtype == T_Q4_1) m = w_f16(bb + 2u);
-        int off = wtype == T_Q4_0 ? 8 : 0;
-        if (((bb + hdr) & 3u) == 0u) { // the 16 bytes as 4 aligned words
-            for (uint w = 0u; w < 4u; w++) {
-                uint q = W[(bb + hdr) / 4u + w];
-                for (uint k = 0u; k < 4u; k++) {
-                    uint v = q >> (8u * k);
-                    wq[4u * w + k] = int(v & 15u) - off;
-                    wq[4u * w + k + 16u] = int((v >> 4) & 15u) - off;
-                }
-            }
-        } else {
-            for (uint j = 0u; j < 16u; j++) {
-                uint q = w_byte(bb + hdr + j);
-                wq[j] = int(q & 15u) - off;
-                wq[j + 16u] = int(q >> 4) - off;
-            }
-        }
+        bb = row + (wtype == T_Q4_0 ? 18u : 20u) * b;
+        q0 = w4(bb + hdr), q1 = w4(bb + hdr + 4u), q2 = w4(bb + hdr + 8u), q3 = w4(bb + hdr + 12u);
+        if (wtype == T_Q4_1) k.m = w_f16(bb + 2u);
     }
+    k.d = w_f16(bb);
+    // byte j of the 16: value j (low nibble), value j + 16 (high nibble)
+    k.c0 = q0 & 0x0F0F0F0Fu, k.c1 = q1 & 0x0F0F0F0Fu, k.c2 = q2 & 0x0F0F0F0Fu, k.c3 = q3 & 0x0F0F0F0Fu;
+    k.c4 = (q0 >> 4) & 0x0F0F0F0Fu, k.c5 = (q1 >> 4) & 0x0F0F0F0Fu;
+    k.c6 = (q2 >> 4) & 0x0F0F0F0Fu, k.c7 = (q3 >> 4) & 0x0F0F0F0Fu;
+    if (wtype == T_Q5_0) { // bit j of qh: value j's fifth bit
+        uint qh = w4(bb + 2u);
+        k.c0 |= spread4(qh), k.c1 |= spread4(qh >> 4), k.c2 |= spread4(qh >> 8), k.c3 |= spread4(qh >> 12);
+        k.c4 |= spread4(qh >> 16), k.c5 |= spread4(qh >> 20), k.c6 |= spread4(qh >> 24), k.c7 |= spread4(qh >> 28);
+    }
+    return k;
 }
 // block b's float for token t, cpu_scalar's (quants.c dot_q_32): (d_w * d_x) * isum
 // [+ (m_w * d_x) * sum_x], without fused multiply-adds
-float block_pr(int wq[32], float d, float m, uint t, uint b, uint nb) {
-    int isum = 0, asum = 0; // integers: any order gives the same sums
-    for (uint w = 0u; w < 8u; w++) {
-        uint a = aqw(t, 8u * b + w);
-        isum += dot4(a, wq[4u * w], wq[4u * w + 1u], wq[4u * w + 2u], wq[4u * w + 3u]);
-        asum += bsum4(a);
+float block_pr(Blk k, uint t, uint b, uint nb) {
+    uint w0 = 8u * b;
+    uint a0 = aqw(t, w0), a1 = aqw(t, w0 + 1u), a2 = aqw(t, w0 + 2u), a3 = aqw(t, w0 + 3u);
+    uint a4 = aqw(t, w0 + 4u), a5 = aqw(t, w0 + 5u), a6 = aqw(t, w0 + 6u), a7 = aqw(t, w0 + 7u);
+    int asum = bsum4(a0) + bsum4(a1) + bsum4(a2) + bsum4(a3) + bsum4(a4) + bsum4(a5) + bsum4(a6) +
+               bsum4(a7); // integers: any order gives the same sums
+    int isum;
+    if (wtype == T_Q8_0) {
+        isum = dot4s(a0, k.c0) + dot4s(a1, k.c1) + dot4s(a2, k.c2) + dot4s(a3, k.c3) +
+               dot4s(a4, k.c4) + dot4s(a5, k.c5) + dot4s(a6, k.c6) + dot4s(a7, k.c7);
+    } else {
+        isum = dot4u(a0, k.c0) + dot4u(a1, k.c1) + dot4u(a2, k.c2) + dot4u(a3, k.c3) +
+               dot4u(a4, k.c4) + dot4u(a5, k.c5) + dot4u(a6, k.c6) + dot4u(a7, k.c7);
+        isum -= (wtype == T_Q4_0 ? 8 : (wtype == T_Q5_0 ? 16 : 0)) * asum;
     }
     float dx = adv(t, b, nb);
-    precise float dd = d * dx;
+    precise float dd = k.d * dx;
     precise float pr = dd * float(isum);
     if (wtype == T_Q4_1) {
-        precise float md = m * dx;
+        precise float md = k.m * dx;
         precise float p2 = md * float(asum);
         pr = pr + p2;
     }
@@ -157,8 +165,14 @@ void main() {
     uint slot = ROWS8 == 1u ? lid >> 3 : (ROWS8 == 2u ? lid >> 5 : 0u); // which of the workgroup's rows
     uint lane = ROWS8 == 1u ? lid & 7u : (ROWS8 == 2u ? lid & 31u : lid); // which lane of that row
     uint r = ROWS8 == 1u ? 8u * wg + slot : (ROWS8 == 2u ? 2u * wg + slot : wg);
+    // bit 5 (ROWS8 1, with bit 1): W is [gate | up] (n_out / 2 rows each), slots 0-3 gate rows
+    // 4 wg + s, slots 4-7 the up rows of the same 4; y is act(gate) * up (act.comp's pair mode)
+    bool gated = ROWS8 == 1u && (p.accumulate & 34u) == 34u;
+    uint gi = 4u * wg + (slot & 3u); // gated: the output value
+    if (gated) r = (slot < 4u ? 0u : p.n_out >> 1) + gi;
     if (ROWS8 == 0u && r >= p.n_out) return; // the whole workgroup: before any barrier
-    bool valid = r < p.n_out; // ROWS8: the last workgroup's spare rows take the barriers only
+    // ROWS8: the last workgroup's spare rows take the barriers only
+    bool valid = gated ? gi < (p.n_out >> 1) : r < p.n_out;
     uint row = p.w_off + (valid ? r : 0u) * p.row_bytes;
     uint nb = p.n_in >> 5;
     selfq = ROWS8 != 0u && (p.accumulate & 2u) != 0u;
@@ -178,14 +192,7 @@ void main() {
         if (selfq) { // the chunk's rows, quantized by the whole workgroup, 64 words a round
             if (normed) barrier();
             uint nw = nt * (p.n_in >> 2); // the words' order is aqw's, their blocks' adv's
-            // AR rounds' values loaded at once, then their rounds: one wait for the loads
-            for (uint w0 = 0u; w0 < nw; w0 += 64u * AR) {
-                float xr[AR][4];
-                [[unroll]] for (uint r = 0u; r < AR; r++)
-                    if (w0 + 64u * r < nw) actq_load(t0 * p.n_in, w0 + 64u * r, nw, lid, xr[r]);
-                [[unroll]] for (uint r = 0u; r < AR; r++)
-                    if (w0 + 64u * r < nw) actq_round_x(w0 + 64u * r, nw, lid, kq, xr[r]);
-            }
+            for (uint w0 = 0u; w0 < nw; w0 += 64u) actq_round(t0 * p.n_in, w0, nw, lid, kq);
             barrier();
         }
         float acc[NT];
@@ -200,12 +207,9 @@ void main() {
             for (uint b0 = 0u; b0 < nb; b0 += 32u) {
                 uint b = b0 + lane;
                 if (valid && b < nb) {
-                    int wq[32];
-                    float d, m;
-                    block_w(row, b, wq, d, m);
-                    [[unroll]] for (uint k = 0u; k < NT; k++) {
-                        if (k >= nt) break;
-                        pb[slot][k][lane] = block_pr(wq, d, m, t0 + k, b, nb);
+                    Blk kb = block_w(row, b);
+                    for (uint k = 0u; k < nt; k++) {
+                        pb[slot][k][lane] = block_pr(kb, t0 + k, b, nb);
                     }
                 }
                 barrier();
@@ -221,8 +225,7 @@ void main() {
         } else if (ROWS8 == 0u && (wtype == T_F32 || wtype == T_F16)) {
             for (uint i = lid; i < p.n_in; i += 64u) {
                 float w = wtype == T_F32 ? w_f32(row + 4u * i) : w_f16(row + 2u * i);
-                [[unroll]] for (uint k = 0u; k < NT; k++)
-                    if (k < nt) acc[k] += w * X[(t0 + k) * p.n_in + i];
+                for (uint k = 0u; k < nt; k++) acc[k] += w * X[(t0 + k) * p.n_in + i];
             }
         } else if (valid && lane < 8u && (wtype == T_Q4_K || wtype == T_Q6_K)) {
             // super-blocks of 256 against fmt-1 activations (quant.comp), as quants.c dot_q_k:
@@ -232,8 +235,7 @@ void main() {
                 if (wtype == T_Q4_K) {
                     uint bb = row + 144u * b;
                     float d = w_f16(bb), dmin = w_f16(bb + 2u);
-                    [[unroll]] for (uint k = 0u; k < NT; k++) { // k < nt: acc[k] in registers
-                        if (k >= nt) break;
+                    for (uint k = 0u; k < nt; k++) {
                         uint t = t0 + k;
                         int A = 0, B = 0;
                         for (uint j = 0u; j < 8u; j++) {
@@ -266,8 +268,7 @@ void main() {
                 } else {
                     uint bb = row + 210u * b;
                     float d = w_f16(bb + 208u);
-                    [[unroll]] for (uint k = 0u; k < NT; k++) { // k < nt: acc[k] in registers
-                        if (k >= nt) break;
+                    for (uint k = 0u; k < nt; k++) {
                         uint t = t0 + k;
                         int A = 0;
                         for (uint g = 0u; g < 16u; g++) {
@@ -292,15 +293,12 @@ void main() {
             // cpu_scalar's canonical order (quants.c dot_q_32): block b adds into lane b % 8 in
             // increasing b, the 8 lanes summed as gt_lane_tree8; each block's float is
             // (d_w * d_x) * isum [+ (m_w * d_x) * sum_x], without fused multiply-adds
-            for (uint b = lane; b < nb; b += 8u) {
-                int wq[32];
-                float d, m;
-                block_w(row, b, wq, d, m);
-                [[unroll]] for (uint k = 0u; k < NT; k++) { // k < nt: acc[k] in registers
-                    if (k >= nt) break;
-                    precise float s = acc[k] + block_pr(wq, d, m, t0 + k, b, nb);
-                    acc[k] = s;
-                }
+            // tokens outermost: a token's sum is one named value (not acc[k], an array a GPU
+            // keeps in local memory when indexed in a loop)
+            for (uint k = 0u; k < nt; k++) {
+                precise float sk = 0.0;
+                for (uint b = lane; b < nb; b += 8u) sk = sk + block_pr(block_w(row, b), t0 + k, b, nb);
+                acc[k] = sk;
             }
         }
         if (wtype != T_F32 && wtype != T_F16) {
@@ -317,8 +315,23 @@ void main() {
                 precise float s47 = s45 + s67;
                 precise float y = s03 + s47;
                 if ((p.accumulate & 1u) != 0u) y = Y[o] + y;
-                if (roped) ys[lid] = y;
+                if (roped || gated) ys[lid] = y;
                 else Y[o] = y;
+            }
+            if (gated) {
+                barrier();
+                if (valid && slot < 4u && lane < nt) { // act.comp's arithmetic, the same bits
+                    float x = ys[lid], u = ys[lid + 32u];
+                    precise float z = x;
+                    if ((p.accumulate & 64u) != 0u) { // GELU, its tanh form
+                        precise float c = 0.044715 * x * x * x;
+                        precise float xc = x + c;
+                        z = 1.5957691216057308 * xc;
+                    }
+                    precise float den = 1.0 + vexp1(0.0 - z);
+                    precise float g = fdiv_rn(x, den) * u;
+                    Y[(t0 + lane) * p.ldy + gi] = g;
+                }
             }
             if (roped) {
                 barrier();

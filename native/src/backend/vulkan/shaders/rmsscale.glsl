@@ -20,13 +20,7 @@ vec2 ff_mul(vec2 a, vec2 b) {
 vec2 ff_sq(float x) { return two_prod(x, x); }
 float rms_scale(uint x0, uint n, float eps, uint lid) {
     vec2 s = vec2(0.0);
-    uint i = lid; // the same sums in the same order, 8 loads at once ahead of them
-    for (; i + 448u < n; i += 512u) {
-        float xv[8];
-        for (uint k = 0u; k < 8u; k++) xv[k] = X[x0 + i + 64u * k];
-        for (uint k = 0u; k < 8u; k++) s = ff_add(s, ff_sq(xv[k]));
-    }
-    for (; i < n; i += 64u) s = ff_add(s, ff_sq(X[x0 + i]));
+    for (uint i = lid; i < n; i += 64u) s = ff_add(s, ff_sq(X[x0 + i]));
     nred[lid] = s;
     barrier();
     for (uint h = 32u; h > 0u; h >>= 1) {
