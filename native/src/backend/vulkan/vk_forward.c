@@ -43,7 +43,7 @@
 
 /* P_MATVEC8: matvec.comp with ROWS8 = 1 (8 rows per workgroup), for quantized weights;
  * P_MATVEC2: ROWS8 = 2 (2 rows of 32 lanes, a block a lane), for blocks of 32 in steps of at
- * most 8 rows (mv_pipe);
+ * most 8 rows (dispatch_mv8);
  * P_ATTN_PART, P_ATTN_MERGE: the split attention of decode rows (split_of below);
  * P_MATMUL: matmul.comp, tiles of rows x tokens for quantized weights in longer steps */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,

@@ -10,9 +10,10 @@
 // per output row, 8 of its lanes busy on quantized weights; 1 (quantized weights only, the vulkan
 // backend's choice for them), 8 rows per workgroup, 8 lanes each: the same lanes' sums in the
 // same order, so the same bits, with every lane busy and an eighth of the workgroups; 2 (blocks
-// of 32 only, the vulkan backend's choice for steps of at most 8 rows), 2 rows per workgroup, 32
-// lanes each, a block a lane and round, the 8 lanes' sums then made from the blocks' floats in
-// the same order: the same bits with a lane's weight loads at once, not a chain of them. With
+// of 32 only, the vulkan backend's choice on GPUs for products of few rows in steps of at most 8
+// rows: vk_forward.c's dispatch_mv8), 2 rows per workgroup, 32 lanes each, a block a lane and
+// round, the 8 lanes' sums then made from the blocks' floats in the same order: the same bits
+// with a lane's weight loads at once, not a chain of them. With
 // ROWS8, bit 1 of `accumulate` (never set by metal/step.c) says: make x's 8-bit rows here, in
 // shared memory, instead of reading quant.comp's (each workgroup repeats the few blocks, all 64
 // lanes on them, a word of 4 values each: actq.glsl, the same arithmetic), saving a dispatch and
@@ -47,8 +48,8 @@ layout(push_constant) uniform P {
 #define NT 8u
 #define SQ_WORDS 3072u
 shared float red[NT][64];
-shared float ys[64];
-shared float pb[2][NT][32]; // ROWS8 2: a round's block floats [row][token][block] // bit 3: the rows' sums [slot][token], for the rotation
+shared float ys[64]; // bits 3 and 5: the rows' sums [slot][token], for the rotation or activation
+shared float pb[2][NT][32]; // ROWS8 2: a round's block floats [row][token][block]
 shared float nscale[NT]; // bit 4: the chunk's rows' RMSNorm scales
 #include "rmsscale.glsl"
 shared uint SQ[SQ_WORDS];      // this chunk's 8-bit rows (bit 1 of accumulate)
