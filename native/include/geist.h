@@ -109,20 +109,25 @@ typedef struct geist_engine_options {
     /* Device backends: the Vulkan loader library to open (a game shipping its own); NULL = the
      * system's (libvulkan.so.1, vulkan-1.dll, libvulkan.1.dylib / libMoltenVK.dylib). */
     const char *vulkan_loader;
-    /* Device backends (vulkan): 0 (the default): every row's attention is one workgroup per
-     * (row, head) summing in cpu_scalar's order (logits bit for bit with cpu_scalar on quantized
-     * weights with F16 KV). 1..GEIST_DEVICE_ATTN_CHUNK_MAX (4096): the split attention, for more
-     * of a GPU on long contexts: a session's rows of a step, when at most 8 (decode), attend over
-     * their positions in chunks of this many (32 a sensible start), one workgroup per (row, head,
-     * chunk), the chunks merged after (at most 64 chunks: on longer contexts a chunk takes a
-     * multiple of this); that sums in another order, so logits differ from cpu_scalar's by float
-     * rounding and, through the next product's 8-bit activations, sometimes by more
+    /* Device backends (vulkan): how decode rows attend. 1..GEIST_DEVICE_ATTN_CHUNK_MAX (4096):
+     * the split attention, for more of a GPU: a session's rows of a step, when at most 8
+     * (decode), attend over their positions in chunks of this many, one
+     * workgroup per (row, head, chunk), the last chunk of a row to finish merging them (at most
+     * 64 chunks: on longer contexts a chunk takes a multiple of this); that sums in another order, so logits differ from cpu_scalar's by
+     * float rounding and, through the next product's 8-bit activations, sometimes by more
      * (docs/VULKAN.md "Exactness"). Rows whose positions fit one chunk, and longer steps
-     * (prefill), stay unsplit. Metal always runs the unsplit attention. */
+     * (prefill), stay unsplit. GEIST_DEVICE_ATTN_EXACT (-1): every row's attention is one
+     * workgroup per (row, head) summing in cpu_scalar's order (logits bit for bit with
+     * cpu_scalar on quantized weights with F16 KV). 0 (the default): the device's choice,
+     * GEIST_DEVICE_ATTN_CHUNK_GPU on a GPU (on the H200 decode 1.2x faster at 128 positions and
+     * 3.6x at 2048 than the exact order), the exact order on a CPU device (lavapipe). Metal
+     * always runs the unsplit attention. */
     int32_t device_attn_chunk;
 } geist_engine_options;
 
 #define GEIST_DEVICE_ATTN_CHUNK_MAX 4096
+#define GEIST_DEVICE_ATTN_EXACT (-1)
+#define GEIST_DEVICE_ATTN_CHUNK_GPU 32
 
 /* geist_engine_options.device_flags */
 enum {
@@ -249,7 +254,7 @@ typedef enum geist_device_role {
     GEIST_ROLE_QK_ROPE,     /* QK norms and the rotary kernel where they are not inside */
     GEIST_ROLE_KV_STORE,    /* K and V rows into the sessions' caches */
     GEIST_ROLE_ATTENTION,   /* scores, softmax and the sum of V (each chunk's, when split) */
-    GEIST_ROLE_ATTN_MERGE,  /* the split attention's merge */
+    GEIST_ROLE_ATTN_MERGE,  /* the split attention's merge (vulkan: inside attention, 0) */
     GEIST_ROLE_ATTN_OUT,    /* the output projection into the residual (post-norm included) */
     GEIST_ROLE_FFN_UP,      /* the FFN norm and the gate/up products */
     GEIST_ROLE_FFN_ACT,     /* the gated activation where it is not inside a product */

@@ -500,8 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--kv-mode", default="f16", choices=["f32", "f16"])
     b.add_argument("--backend", default=None)
     b.add_argument("--attn-chunk", type=int, default=0, metavar="N",
-                   help="vulkan: split decode attention into chunks of N positions (0: unsplit, "
-                        "cpu_scalar's order; docs/VULKAN.md)")
+                   help="vulkan: split decode attention into chunks of N positions (0: the "
+                        "device's choice, -1: unsplit, cpu_scalar's order; docs/VULKAN.md)")
     b.add_argument("--profile", action="store_true",
                    help="vulkan: time every dispatch and print the decode's GPU time by role")
     b.add_argument("--vs-llama-cpp", action="store_true",

@@ -92,9 +92,11 @@ class Engine(_Handle):
         Device backends (backend="vulkan"): device picks one by index or name substring (None:
         "auto", see geist.h); device_memory_limit caps its bytes (0: none); no_import always
         copies the weights to the device; vulkan_loader names the loader library to open;
-        attn_chunk: 0 (the default) runs every row's attention in cpu_scalar's order; N > 0
-        splits a decode row's positions into chunks of N over several workgroups (faster on long
-        contexts on a GPU, another sum order: geist.h device_attn_chunk); device_profile: a
+        attn_chunk: N > 0 splits a decode row's positions into chunks of N over several
+        workgroups (another sum order than cpu_scalar's); -1 (ATTN_EXACT) runs every row's
+        attention in cpu_scalar's order (bit for bit); 0 (the default) is the device's choice:
+        chunks of 32 on a GPU, the exact order on a CPU device (geist.h device_attn_chunk);
+        device_profile: a
         timestamp after every dispatch, so Model.device_profile() splits the GPU time by role
         (GEIST_DEVICE_PROFILE; a few percent slower)."""
         opts = ffi.new("geist_engine_options *")

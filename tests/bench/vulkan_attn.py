@@ -1,15 +1,16 @@
-"""Decode speed of the vulkan backend's attention paths by context length: the default (one
-workgroup per row and head, cpu_scalar's order) against the split attention with chunks of N
-(Engine(attn_chunk=N), docs/VULKAN.md), one JSON line per (attn_chunk, context).
+"""Decode speed of the vulkan backend's attention paths by context length: the exact order (-1:
+one workgroup per row and head, cpu_scalar's order) against the split attention with chunks of N
+(Engine(attn_chunk=N), docs/VULKAN.md; 0: the device's choice), one JSON line per (attn_chunk,
+context).
 
-    python tests/bench/vulkan_attn.py MODEL.gguf [--chunks 0,16,32,64] [--contexts 128,512,2048]
+    python tests/bench/vulkan_attn.py MODEL.gguf [--chunks -1,16,32,64] [--contexts 128,512,2048]
                                       [--tokens 32] [--max-seq-len 4096]
 
 For each context C: a session prefills C - 1 random ids (one pass per 64 rows), then decodes
 --tokens steps; the line gives the decode tokens/s (wall), the GPU's own time per token (the
 timestamps around each pass: Model.device_stats), dispatches and recordings per token, and the
 worst relative logit difference of the decode rows from the first chunk setting's (the others
-are fed its greedy ids, so the rows stay comparable; list 0 first: the split's other sum order
+are fed its greedy ids, so the rows stay comparable; list -1 first: the split's other sum order
 against cpu_scalar's). Pin the driver with the loader's own variables (VK_DRIVER_FILES). Speed
 means nothing on lavapipe; the H200 is where this is for."""
 
@@ -51,7 +52,7 @@ def _run(m: geist.Model, ctx: int, tokens: int, max_seq: int,
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
-    ap.add_argument("--chunks", default="0,16,32,64")
+    ap.add_argument("--chunks", default="-1,16,32,64")
     ap.add_argument("--contexts", default="128,512,2048")
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--max-seq-len", type=int, default=4096)

@@ -59,6 +59,15 @@ def test_there_are_kernels() -> None:
     assert len(kernels()) >= 8, kernels()
 
 
+def _with_includes(path: Path) -> str:
+    """The shader's text with its `#include "x.glsl"` files' (attn.comp: attn_body.glsl's
+    bindings and push constants)."""
+    text = path.read_text(encoding="utf-8")
+    for inc in re.findall(r'#include "([^"]+)"', text):
+        text += _with_includes(path.parent / inc)
+    return text
+
+
 @needs_tools
 @pytest.mark.parametrize("name", kernels())
 def test_kernel_translates(name: str) -> None:
@@ -77,7 +86,7 @@ def test_kernel_translates(name: str) -> None:
     assert sig, f"{name}: no kernel main0"
     params = sig.group(1)
     assert re.search(r"spvDescriptorSetBuffer0& \w+ \[\[buffer\(0\)\]\]", params), params
-    glsl = comp.read_text(encoding="utf-8")
+    glsl = _with_includes(comp)
     buffers = {int(i) for i in re.findall(r"\[\[buffer\((\d+)\)\]\]", params)}
     if "push_constant" in glsl:
         assert buffers == {0, 1}, f"{name}: buffers {sorted(buffers)}; push constants not at 1"

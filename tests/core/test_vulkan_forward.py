@@ -13,9 +13,11 @@ fixtures the logits agree bit for bit; F32/F16 products sum in their own order (
 5e-5 apart). The acceptance: the same greedy ids as cpu_scalar and logits within 2e-3 relative
 (max |a - b| / max |a| per position) at every position.
 
-Attention: by default one workgroup per row and head in cpu_scalar's order (bit for bit).
-`attn_chunk=N` (geist.h device_attn_chunk) splits a decode row's positions into chunks of N, a
-workgroup each, merged after (attn_part.comp, attn_merge.comp): another sum order, whose
+Attention: `attn_chunk=-1` (geist.h GEIST_DEVICE_ATTN_EXACT) one workgroup per row and head in
+cpu_scalar's order (bit for bit); the tests pin it (the default, 0, is the device's choice: the
+exact order on lavapipe, chunks of 32 on a GPU). `attn_chunk=N` splits a decode row's
+positions into chunks of N, a workgroup each, merged by the last to finish (attn_part.comp):
+another sum order, whose
 last-bit differences the next product's 8-bit activations now and then turn into a step (on
 these small random fixtures a step moves the logits by ~1e-2). The tests of that path run chunks
 of SPLIT (4), so every decode row past its 4th position splits (up to 10 chunks here), and hold
@@ -50,7 +52,7 @@ LVP = Path(_OTHER) if _OTHER else next((p for p in _ICDS if p.is_file()), None)
 ROOT = Path(__file__).resolve().parents[2]
 RTOL = 2e-3
 SPLIT = 4  # positions per chunk of the split attention in the tests of that path
-EXACT = 0  # attn_chunk: never split (cpu_scalar's order, the default)
+EXACT = -1  # attn_chunk: never split (cpu_scalar's order; 0 is the device's choice)
 # The split attention's bound: its sums' order moves 8-bit activation steps of the products after
 # it on some fixtures (measured worst: 1.76e-2, llama Q5_0 with chunks of 4; 1.08e-2, Q4_K with
 # chunks of 32 at positions 33-40); RTOL is the unsplit path's. Greedy ids must still be equal.
@@ -191,9 +193,9 @@ def test_long_context_attention_tiles_match_cpu_scalar(vk: geist.Engine) -> None
 
 
 def test_eight_sessions_in_one_step_match_each_alone() -> None:
-    # chunks of SPLIT positions: the steps mix sessions whose attention splits (parts of every
-    # session first, then their merges) with sessions of one chunk or of more than 8 rows (the
-    # prompts of 9 and 10 tokens), which run unsplit
+    # chunks of SPLIT positions: the steps mix sessions whose attention splits (each session's
+    # chunks, the last of a row's merging them) with sessions of one chunk or of more than 8
+    # rows (the prompts of 9 and 10 tokens), which run unsplit
     path = testing.fixture_path("llama", "Q4_1")
     prompts = [[int(v) for v in np.random.default_rng(10 + i).integers(1, 300, 3 + i)]
                for i in range(8)]
@@ -223,7 +225,7 @@ def test_decode_steps_replay_one_recording_with_fused_products() -> None:
     # barriers a layer, 3 more dispatches and 2 barriers for the embedding and the logits (their
     # exactness: test_fixture_matches_cpu_scalar)
     path = testing.fixture_path("llama", "Q4_1")
-    eng = geist.Engine(backend="vulkan")  # the default: unsplit attention
+    eng = geist.Engine(backend="vulkan", attn_chunk=EXACT)  # unsplit attention
     with geist.Model.load(path, engine=eng) as m:
         n_layer = int(m.info["n_layer"])
         assert m.device_stats()["passes"] == 0
@@ -243,9 +245,9 @@ def test_decode_steps_replay_one_recording_with_fused_products() -> None:
     assert d["barriers"] == 6 * (6 * n_layer + 2), d
     assert d["wait_ns"] > 0 and d["plan_ns"] > 0
     assert d["gpu_timed"] in (0, 6) and (d["gpu_ns"] > 0) == (d["gpu_timed"] > 0)
-    # the split attention (chunks of SPLIT): one dispatch more a layer (the merge after the
-    # chunks) behind one barrier more; the plan changes, and is recorded anew, only when a row's
-    # chunks grow by one (positions 9..15: 3 chunks up to 12, 4 from 13)
+    # the split attention (chunks of SPLIT): as many dispatches and barriers (each row's last
+    # chunk to finish merges the row's chunks: attn_part.comp); the plan changes, and is recorded
+    # anew, only when a row's chunks grow by one (positions 9..15: 3 chunks up to 12, 4 from 13)
     eng = geist.Engine(backend="vulkan", attn_chunk=SPLIT)
     with geist.Model.load(path, engine=eng) as m:
         s = m.session(max_seq_len=64)
@@ -259,8 +261,8 @@ def test_decode_steps_replay_one_recording_with_fused_products() -> None:
     eng.close()
     d = {k: after[k] - before[k] for k in after}
     assert d["passes"] == 6 and d["recorded"] == 1, d
-    assert d["dispatches"] == 6 * (9 * n_layer + 3), d
-    assert d["barriers"] == 6 * (7 * n_layer + 2), d
+    assert d["dispatches"] == 6 * (8 * n_layer + 3), d
+    assert d["barriers"] == 6 * (6 * n_layer + 2), d
     # a host backend has no counters
     ec = geist.Engine(backend="cpu_scalar")
     with geist.Model.load(path, engine=ec) as mc:
@@ -310,9 +312,29 @@ def test_device_profile_splits_the_gpu_time_by_role() -> None:
 
 
 def test_attn_chunk_out_of_range_is_refused() -> None:
-    for bad in (-1, 4097):
+    for bad in (-2, 4097):
         with pytest.raises(GeistError, match=r"device_attn_chunk must be 0"):
             geist.Engine(backend="vulkan", attn_chunk=bad)
+
+
+def test_the_default_attention_is_the_devices_choice() -> None:
+    """attn_chunk 0 (the device's choice) on decode rows past 32 positions (where a GPU splits):
+    on lavapipe, a CPU device, the exact order (the same bits as -1); on a GPU the split (chunks
+    of 32: the same greedy ids as -1, logits within SPLIT_RTOL)."""
+    path = testing.fixture_path("llama", "Q5_0")
+    prompt = [int(v) for v in np.random.default_rng(5).integers(1, 300, 40)]
+    eng = geist.Engine(backend="vulkan")
+    cpu_device = "llvmpipe" in (eng.device or "")
+    eng.close()
+    ids, got = {}, {}
+    for chunk in (0, EXACT):
+        ids[chunk], got[chunk] = _teacher_forced(path, "vulkan", prompt, None, 8, "f16",
+                                                 attn_chunk=chunk)
+    if cpu_device:
+        np.testing.assert_array_equal(got[0], got[EXACT])
+    else:
+        assert ids[0] == ids[EXACT]
+        assert max(_rel(a, b) for a, b in zip(got[EXACT], got[0], strict=True)) < SPLIT_RTOL
 
 
 def test_unknown_device_flags_are_refused() -> None:

@@ -72,10 +72,12 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
     }
     if (o.device_flags & ~(uint32_t)(GEIST_DEVICE_NO_IMPORT | GEIST_DEVICE_PROFILE))
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown device_flags 0x%x", o.device_flags);
-    if (o.device_attn_chunk < 0 || o.device_attn_chunk > GEIST_DEVICE_ATTN_CHUNK_MAX)
+    if (o.device_attn_chunk < GEIST_DEVICE_ATTN_EXACT ||
+        o.device_attn_chunk > GEIST_DEVICE_ATTN_CHUNK_MAX)
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT,
-                              "device_attn_chunk must be 0 (never split) or 1..%d (positions per "
-                              "chunk)", GEIST_DEVICE_ATTN_CHUNK_MAX);
+                              "device_attn_chunk must be 0 (the device's choice), -1 (never split: "
+                              "cpu_scalar's order) or 1..%d (positions per chunk)",
+                              GEIST_DEVICE_ATTN_CHUNK_MAX);
     void *dev_ctx = NULL;
     if (be->device) {
         const gt_dev_options dopt = {o.device, o.vulkan_loader, o.device_memory_limit,

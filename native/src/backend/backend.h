@@ -98,7 +98,7 @@ typedef struct gt_dev_options {
     const char *loader;    /* the loader library to open; NULL: the system's names */
     uint64_t memory_limit; /* most device bytes the backend may allocate; 0: the device's */
     bool no_import;        /* never import host pointers (copy instead) */
-    int32_t attn_chunk;    /* geist_engine_options.device_attn_chunk (checked: 0..4096) */
+    int32_t attn_chunk;    /* geist_engine_options.device_attn_chunk (checked: -1..4096) */
     bool profile;          /* GEIST_DEVICE_PROFILE: a timestamp after every dispatch */
 } gt_dev_options;
 

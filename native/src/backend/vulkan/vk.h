@@ -69,6 +69,7 @@ typedef struct gt_vk_fns {
     PFN_vkCmdPushConstants CmdPushConstants;
     PFN_vkCmdDispatch CmdDispatch;
     PFN_vkCmdPipelineBarrier CmdPipelineBarrier;
+    PFN_vkCmdFillBuffer CmdFillBuffer;
     PFN_vkFreeCommandBuffers FreeCommandBuffers;
     PFN_vkCreateQueryPool CreateQueryPool;
     PFN_vkDestroyQueryPool DestroyQueryPool;
@@ -112,7 +113,8 @@ typedef struct gt_vk_ctx {
     uint64_t memory_limit; /* the engine's cap on device bytes (0: the heaps' size) */
     _Atomic uint64_t used; /* device bytes allocated by this engine's models and sessions */
     bool allow_import;     /* the engine allows host-pointer import */
-    int32_t attn_chunk;    /* the split attention's positions per chunk (vk_forward.c); 0: never */
+    int32_t attn_chunk;    /* the split attention's positions per chunk (vk_forward.c); 0: never
+                              (device_attn_chunk resolved: vk_device.c) */
     bool profile;          /* a timestamp after every dispatch (GEIST_DEVICE_PROFILE) */
     pthread_mutex_t queue_lock; /* the queue and command pool: one submitter at a time */
 } gt_vk_ctx;

@@ -264,7 +264,12 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
                          c->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     c->memory_limit = o->memory_limit;
     c->allow_import = import;
-    c->attn_chunk = o->attn_chunk;
+    /* device_attn_chunk 0: split on GPUs (the exact order keeps one workgroup per head busy
+     * along the whole context), cpu_scalar's order on a CPU device, where it costs nothing */
+    c->attn_chunk = o->attn_chunk > 0 ? o->attn_chunk
+                    : o->attn_chunk == 0 && c->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU
+                        ? GEIST_DEVICE_ATTN_CHUNK_GPU
+                        : 0;
     c->profile = o->profile;
     *out = c;
     return GEIST_OK;

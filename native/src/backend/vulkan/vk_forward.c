@@ -44,23 +44,24 @@
 /* P_MATVEC8: matvec.comp with ROWS8 = 1 (8 rows per workgroup), for quantized weights;
  * P_MATVEC2: ROWS8 = 2 (2 rows of 32 lanes, a block a lane), for blocks of 32 in steps of at
  * most 8 rows (dispatch_mv8);
- * P_ATTN_PART, P_ATTN_MERGE: the split attention of decode rows (split_of below);
+ * P_ATTN_PART: the split attention of decode rows (split_of below);
  * P_MATMUL: matmul.comp, tiles of rows x tokens for quantized weights in longer steps */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
-       P_ATTN_PART, P_ATTN_MERGE, P_MATMUL, P_MATVEC2, P_COUNT };
+       P_ATTN_PART, P_MATMUL, P_MATVEC2, P_COUNT };
 static const char *const k_pipe_names[P_COUNT] = {
     "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
-    "attn_part", "attn_merge", "matmul", "matvec"};
+    "attn_part", "matmul", "matvec"};
 
-/* The split attention (attn_part.comp, attn_merge.comp), when the engine asks for it
- * (device_attn_chunk > 0; by default every row runs attn.comp, cpu_scalar's order): a session's
- * rows of a pass, when at most SPLIT_ROWS (decode), attend in chunks of attn_chunk positions,
- * one workgroup per (row, head, chunk), merged after; at most MAX_SPLIT chunks (past that the
- * chunk grows by whole attn_chunks), SPLIT_SH positions a chunk (attn_part.comp's shared
- * scores). Rows whose positions fill one chunk run attn.comp. */
+/* The split attention (attn_part.comp), when attn_chunk > 0 (vk_device.c's choice on GPUs, or
+ * the engine's; else every row runs attn.comp, cpu_scalar's order): a session's rows of a pass,
+ * when at most SPLIT_ROWS (decode), attend in chunks of attn_chunk positions, one workgroup per
+ * (row, head, chunk), the last of a row's chunks to finish merging them (attn_merge.glsl; the
+ * counts in fw->cnt, zeroed at each pass's start); at most MAX_SPLIT chunks (past that the chunk
+ * grows by whole attn_chunks), SPLIT_SH positions a chunk (attn_body.glsl's shared scores). Rows
+ * whose positions fill one chunk run attn.comp. */
 #define SPLIT_ROWS 8u
-#define MAX_SPLIT 64u /* attn_merge.comp's MAX_SPLIT */
-#define SPLIT_SH 4096u
+#define MAX_SPLIT 64u /* attn_merge.glsl's MAX_SPLIT */
+#define SPLIT_SH 3072u /* attn_body.glsl's SH_MAX */
 
 typedef struct vbuf {
     VkBuffer buf;
@@ -138,6 +139,7 @@ typedef struct gt_vk_fwd {
     int32_t cap_rows, cap_ctx;
     vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg, lgh; /* lgh: logits' readback */
     vbuf ap;            /* the split attention's partials: MAX_ROWS x n_head x cap_split chunks */
+    vbuf cnt;           /* and per (row, head) its chunks done (attn_part.comp: the last merges) */
     uint32_t cap_split; /* chunks per (row, head) ap holds (0: no split) */
     uint64_t scratch_bytes;
     dset *ds; /* ds_cap, n_ds made (from dpool) */
@@ -375,7 +377,7 @@ void gt_vk_fwd_free(gt_vk_model *vm) {
     gt_vk_ctx *c = vm->ctx;
     vbuf *bufs[] = {&fw->norms, &fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o,
                     &fw->gate, &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh,
-                    &fw->ap};
+                    &fw->ap, &fw->cnt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         vbuf_free(c, bufs[i], &vm->memory.device_local);
     for (int i = 0; i < P_COUNT; i++)
@@ -632,7 +634,8 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     const gt_config *cf = &vm->model->cfg;
     uint64_t *acct = &vm->memory.device_local;
     vbuf *bufs[] = {&fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o, &fw->gate,
-                    &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh, &fw->ap};
+                    &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh, &fw->ap,
+                    &fw->cnt};
     forget_recordings(vm); /* they bind the buffers freed here */
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) vbuf_free(c, bufs[i], acct);
     fw->cap_rows = fw->cap_ctx = 0;
@@ -666,6 +669,7 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
         {&fw->lgh, R * (uint64_t)cf->n_vocab * F, VB_READBACK},
         {&fw->ap, n_split > 1 ? R * (uint64_t)cf->n_head * n_split *
                                     ((uint64_t)cf->head_dim_v + 2) * F : 16, VB_DEVICE},
+        {&fw->cnt, R * (uint64_t)cf->n_head * 4, VB_DEVICE},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         geist_status st = vbuf_make(c, want[i].bytes, want[i].kind, want[i].b, acct,
@@ -825,7 +829,7 @@ typedef struct rec {
 static const uint32_t k_writes[P_COUNT] = {
     [P_EMBED] = WB(3), [P_QUANT] = WB(4) | WB(5), [P_MATVEC] = WB(3), [P_RMSNORM] = WB(3),
     [P_ROPE] = WB(2) | WB(3), [P_KVSTORE] = WB(6), [P_ATTN] = WB(3) | WB(5), [P_ACT] = WB(3),
-    [P_MATVEC8] = WB(3), [P_ATTN_PART] = WB(5), [P_ATTN_MERGE] = WB(3),
+    [P_MATVEC8] = WB(3), [P_ATTN_PART] = WB(3) | WB(4) | WB(5),
     [P_MATMUL] = WB(3), [P_MATVEC2] = WB(3)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
@@ -951,6 +955,16 @@ static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
         c->f.CmdResetQueryPool(cb, fw->qp, 0, prof ? n + 1 : 2);
         c->f.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, fw->qp, 0);
     }
+    /* the split attention's chunk counts start at 0 (its last chunk of a row sets them back) */
+    bool split = false;
+    for (uint32_t i = 0; i < n && !split; i++)
+        split = fw->plan[i].kind == CMD_DISPATCH && fw->plan[i].pipe == P_ATTN_PART;
+    if (split) {
+        c->f.CmdFillBuffer(cb, fw->cnt.buf, 0, VK_WHOLE_SIZE, 0);
+        barrier(c, cb, VK_ACCESS_TRANSFER_WRITE_BIT,
+                VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+                VK_PIPELINE_STAGE_TRANSFER_BIT, CS);
+    }
     int last_pipe = -1;
     for (uint32_t i = 0; i < n; i++) {
         const cmd *e = &fw->plan[i];
@@ -1001,10 +1015,14 @@ static void rec_quant(rec *r, VkBuffer src, uint32_t n_in, uint32_t n_tok, int f
 /* y (ldy = n_out) (+)= W x for n_tok rows; x's 8-bit rows are made first when a quantized W
  * needs a format the scratch does not hold for x yet */
 /* Whether a product makes x's 8-bit rows itself (matvec.comp's bit 1): every workgroup repeats
- * them, so only for steps of a few rows (decode: one per session), whose rows fit its shared
- * memory (SQ_WORDS words); longer steps (prefill) quantize once (quant.comp) for all. */
+ * them (and the norm before), so only for steps of one row (one session's decode: its rows fit
+ * the shared memory's SQ_WORDS words); longer steps quantize once (quant.comp) for all. On the
+ * H200, 8 sessions' steps of 8 rows decoded 1.58x (SmolLM2) and 1.31x (Gemma 3) faster so than
+ * with the rows made in every workgroup (the norm, the quantization and the fused steps then
+ * take dispatches of their own). */
+#define SELFQ_MAX_TOK 1u
 static bool selfq_fits(uint32_t n_in, uint32_t n_tok) {
-    return n_tok <= 8 && (uint64_t)n_tok * n_in / 4 <= 3072;
+    return n_tok <= SELFQ_MAX_TOK && (uint64_t)n_tok * n_in / 4 <= 3072;
 }
 
 /* A quantized product's matvec.comp: blocks of 32 in steps of at most 8 rows on 32 lanes a row
@@ -1028,9 +1046,7 @@ enum { MV_ACC = 1, MV_SELFQ = 2, MV_ROPE = 8, MV_NORM = 16, MV_GATED = 32, MV_GE
  * MV_ROPE: the output pairs (2i, 2i + 1) of heads of hd values rotated as rope.comp does (the
  * pass inputs' cos/sin bound at 5); MV_NORM: x is the residual stream, normalized as
  * rmsnorm.comp does with the norm vector at float norm_at of fw->norms (bound at 4; below
- * 2^24: gt_vk_fwd_init checks); MV_GATED (MV_GELU: GELU, else SiLU): w is [gate | up] and y
- * act(gate) * up (ldy values a row), 8 lanes a row, a workgroup's 4 gate rows and their 4 up
- * rows. */
+ * 2^24: gt_vk_fwd_init checks). */
 static void rec_mv_fused(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok,
                          uint32_t bits, uint32_t norm_at, uint32_t hd, uint32_t n_rot) {
     uint32_t acc = bits | MV_SELFQ;
@@ -1041,16 +1057,33 @@ static void rec_mv_fused(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y,
                                 (bits & MV_NORM) ? r->fw->norms.buf : r->fw->aq.buf,
                                 (bits & MV_ROPE) ? r->fw->in.buf : r->fw->ad.buf, 0, 0};
-    if (bits & MV_GATED)
-        dispatch(r, P_MATVEC8, b, pc, sizeof pc, (w->n_out / 2 + 3) / 4);
-    else
-        dispatch_mv8(r, w, b, pc, n_tok);
+    dispatch_mv8(r, w, b, pc, n_tok);
 }
+
+/* The gated FFN's first half as one product (MV_GATED; MV_GELU: GELU, else SiLU), its norm
+ * (MV_NORM, norm_at) and 8-bit rows inside: y = act(gate x) * (up x), nff values a row, 8 lanes a
+ * row, a workgroup's 4 gate rows and their 4 up rows (gate and up in one buffer, anywhere) */
+static void rec_mv_gated(rec *r, const wref *gate, const wref *up, VkBuffer x, VkBuffer y,
+                         uint32_t n_tok, uint32_t bits, uint32_t norm_at) {
+    const uint32_t acc = bits | MV_SELFQ | MV_GATED;
+    const uint32_t type = gate->type | ((bits & MV_NORM) ? norm_at << 8 : 0u);
+    const uint32_t pc[9] = {gate->off, type, gate->n_in, gate->row_bytes, 2 * gate->n_out, n_tok,
+                            gate->n_out, acc, up->off};
+    const VkBuffer b[N_BIND] = {gate->buf, 0, x, y,
+                                (bits & MV_NORM) ? r->fw->norms.buf : r->fw->aq.buf,
+                                r->fw->ad.buf, 0, 0};
+    dispatch(r, P_MATVEC8, b, pc, sizeof pc, (gate->n_out + 3) / 4);
+}
+
+/* Past this many output rows a product's workgroups would repeat x's 8-bit rows more often than
+ * one quant.comp dispatch costs (the logits: 6,144 workgroups of SmolLM2's, 32,768 of Gemma 3's) */
+#define SELFQ_MAX_ROWS 16384u
 
 static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok, bool acc) {
     const int fmt = act_fmt(w->type);
     /* the product makes x's 8-bit rows itself when they fit, unless the scratch holds them */
-    const bool selfq = fmt >= 0 && selfq_fits(w->n_in, n_tok) && (r->aq_src != x || r->aq_fmt != fmt);
+    const bool selfq = fmt >= 0 && selfq_fits(w->n_in, n_tok) && w->n_out <= SELFQ_MAX_ROWS &&
+                       (r->aq_src != x || r->aq_fmt != fmt);
     if (fmt >= 0 && !selfq && (r->aq_src != x || r->aq_fmt != fmt))
         rec_quant(r, x, w->n_in, n_tok, fmt);
     const uint32_t pc[9] = {w->off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->ldy,
@@ -1110,7 +1143,7 @@ static void rec_kvstore(rec *r, const gt_config *cf, const grp *G, int32_t il, b
 }
 
 /* a group's rows attend over the positions each sees (attn.comp; sp.n > 1: attn_part.comp's
- * chunks into the partials, rec_attn_merge after): the prefix's rows, the own rows, with
+ * chunks into the partials, each row's last merging them): the prefix's rows, the own rows, with
  * stage_pos0 (else UINT32_MAX) the pass's rows from the stage */
 static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint32_t window,
                      uint32_t stage_pos0, split sp) {
@@ -1135,21 +1168,13 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
     const uint32_t heads = (uint32_t)G->n * (uint32_t)cf->n_head;
     if (sp.n > 1) {
         const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
-                                    0, 0, r->fw->ap.buf, kv->b.buf, 0};
+                                    r->fw->att.buf, r->fw->cnt.buf, r->fw->ap.buf, kv->b.buf, 0};
         dispatch(r, P_ATTN_PART, b, &pc, sizeof pc, heads * sp.n);
         return;
     }
     const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
                                 r->fw->att.buf, 0, r->fw->sc.buf, kv->b.buf, 0};
     dispatch(r, P_ATTN, b, &pc, 21 * sizeof(uint32_t), heads); /* attn.comp's fields */
-}
-
-/* the chunks of a split group's rows merged into their attention output (attn_merge.comp) */
-static void rec_attn_merge(rec *r, const gt_config *cf, const grp *G, uint32_t window, split sp) {
-    const uint32_t pc[6] = {(uint32_t)G->r0, (uint32_t)cf->n_head, (uint32_t)cf->head_dim_v,
-                            window, sp.ch, r->fw->cap_split};
-    const VkBuffer b[N_BIND] = {0, r->fw->in.buf, 0, r->fw->att.buf, 0, r->fw->ap.buf, 0, 0};
-    dispatch(r, P_ATTN_MERGE, b, pc, sizeof pc, (uint32_t)G->n * (uint32_t)cf->n_head);
 }
 
 /* one pass over rows [0, n) (n <= MAX_ROWS) */
@@ -1268,25 +1293,18 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             staged[g] = G->n > 1 && G->kv->rows[il] < G->kv->max_seq - G->n_prefix;
             rec_kvstore(&r, cf, G, il, staged[g]);
         }
-        /* decode rows in chunks of positions (split_of), all groups' chunks, then their merges */
-        split sp[MAX_ROWS];
-        bool any_split = false;
+        /* decode rows in chunks of positions (split_of), each row's last chunk merging them */
         r.role = GEIST_ROLE_ATTENTION;
         for (int32_t g = 0; g < n_groups; g++) {
             const grp *G = &groups[g];
             uint32_t n_ctx = (uint32_t)rows[G->r0 + G->n - 1].pos + 1;
             if (R->window > 0 && n_ctx > R->window) n_ctx = R->window;
-            sp[g] = split_of(c, (uint32_t)G->n, n_ctx, fw->cap_split);
-            if ((uint64_t)G->n * (uint64_t)cf->n_head * sp[g].n >= MAX_GROUPS_X) sp[g].n = 1;
-            any_split = any_split || sp[g].n > 1;
-            r.disjoint = g > 0; /* after the first: each session's own rows of att and scores */
+            split sp = split_of(c, (uint32_t)G->n, n_ctx, fw->cap_split);
+            if ((uint64_t)G->n * (uint64_t)cf->n_head * sp.n >= MAX_GROUPS_X) sp.n = 1;
+            /* after the first: each session's own rows of att, scores, partials and counts */
+            r.disjoint = g > 0;
             rec_attn(&r, cf, G, il, R->window,
-                     staged[g] ? (uint32_t)rows[G->r0].pos : UINT32_MAX, sp[g]);
-        }
-        r.role = GEIST_ROLE_ATTN_MERGE;
-        for (int32_t g = 0; any_split && g < n_groups; g++) {
-            r.disjoint = true; /* each session's own rows of att (the partials' reads: a barrier) */
-            if (sp[g].n > 1) rec_attn_merge(&r, cf, &groups[g], R->window, sp[g]);
+                     staged[g] ? (uint32_t)rows[G->r0].pos : UINT32_MAX, sp);
         }
         r.disjoint = false;
         r.role = GEIST_ROLE_KV_STORE;
@@ -1298,24 +1316,23 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         /* gate and up as one product when they lie back to back (GGUF's order), the FFN norm
          * and the activation inside it (MV_GATED: each workgroup holds 4 gate rows and their up
          * rows), into up's scratch, then down making its 8-bit rows of those (decode-size
-         * steps, no post-norm); else norm, gate, up, act.comp, down. (The activation inside
-         * the down product instead would repeat all of them in every workgroup.) */
+         * steps; a post-norm after it as rec_residual's); else norm, gate, up, act.comp, down.
+         * (The activation inside the down product instead would repeat all of them in every
+         * workgroup.) */
         const wref *wg = &w[W_GATE], *wu = &w[W_UP], *wdn = &w[W_DOWN];
-        const bool fuse_ffn = R->post_ffn == NO_NORM &&
-                              wg->buf == wu->buf && wg->type == wu->type && wg->n_in == wu->n_in &&
-                              wg->n_out == wu->n_out && act_fmt(wg->type) >= 0 &&
+        const bool fuse_ffn = wg->buf == wu->buf && wg->type == wu->type && wg->n_in == wu->n_in &&
+                              wg->n_out == wu->n_out && wg->n_out == nff && act_fmt(wg->type) >= 0 &&
                               act_fmt(wdn->type) >= 0 && selfq_fits(wdn->n_in, N) &&
-                              wg->row0 == 0 && selfq_fits(d, N) && fw->n_norm < (1u << 24) &&
-                              (uint64_t)wu->off == (uint64_t)wg->off + (uint64_t)wg->n_out * wg->row_bytes;
+                              wg->row0 == 0 && wu->row0 == 0 && selfq_fits(d, N) &&
+                              fw->n_norm < (1u << 24);
         if (fuse_ffn) {
-            wref gu = *wg;
-            gu.n_out = 2 * wg->n_out;
-            gu.ldy = nff;
-            rec_mv_fused(&r, &gu, fw->x.buf, fw->up.buf, N,
-                         MV_NORM | MV_GATED | (cf->act == GT_ACT_GELU_TANH ? MV_GELU : 0),
-                         R->ffn_norm, 0, 0);
+            rec_mv_gated(&r, wg, wu, fw->x.buf, fw->up.buf, N,
+                         MV_NORM | (cf->act == GT_ACT_GELU_TANH ? MV_GELU : 0), R->ffn_norm);
             r.role = GEIST_ROLE_FFN_DOWN;
-            rec_mv_fused(&r, wdn, fw->up.buf, fw->x.buf, N, MV_ACC, 0, 0, 0); /* x += ffn */
+            if (R->post_ffn == NO_NORM)
+                rec_mv_fused(&r, wdn, fw->up.buf, fw->x.buf, N, MV_ACC, 0, 0, 0); /* x += ffn */
+            else
+                rec_residual(&r, wdn, fw->up.buf, N, R->post_ffn, cf->eps);
             continue;
         }
         rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);

@@ -75,6 +75,7 @@ geist_status gt_vk_load_device(gt_vk_fns *f, VkDevice dev, bool host_import, gt_
     D(CreateComputePipelines) D(DestroyPipeline) D(CreateDescriptorPool) D(DestroyDescriptorPool)
     D(ResetDescriptorPool) D(AllocateDescriptorSets) D(UpdateDescriptorSets) D(CmdBindPipeline)
     D(CmdBindDescriptorSets) D(CmdPushConstants) D(CmdDispatch) D(CmdPipelineBarrier)
+    D(CmdFillBuffer)
     D(FreeCommandBuffers) D(CreateQueryPool) D(DestroyQueryPool) D(CmdResetQueryPool)
     D(CmdWriteTimestamp) D(GetQueryPoolResults)
     if (host_import) D(GetMemoryHostPointerPropertiesEXT)

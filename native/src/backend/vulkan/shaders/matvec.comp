@@ -27,9 +27,10 @@
 // lanes, the same float-float sums) with the norm vector at float type >> 8 of the norm weights
 // bound at 4 (unused scratch then), saving rmsnorm.comp's dispatch and barrier; the type is then
 // type & 255. Bit 5 (with bit 1, ROWS8 1; bit 6: GELU, else SiLU): the gated FFN's
-// activation in the product: W is [gate | up], a workgroup's slots 0-3 4 gate rows and 4-7 the
-// same 4 up rows, y[t * ldy + i] = act(gate_i) * up_i as act.comp (saving its dispatch and
-// barrier).
+// activation in the product: W is gate (n_out / 2 rows from byte w_off) and up (as many from
+// byte y_off, the same buffer: GGUF files put other tensors between them), a workgroup's slots
+// 0-3 4 gate rows and 4-7 the same 4 up rows, y[t * ldy + i] = act(gate_i) * up_i as act.comp
+// (saving its dispatch and barrier).
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint ROWS8 = 0u;
 layout(constant_id = 1) const float NORM_EPS = 1e-5; // bit 4: the model's RMSNorm epsilon
@@ -166,15 +167,17 @@ void main() {
     uint slot = ROWS8 == 1u ? lid >> 3 : (ROWS8 == 2u ? lid >> 5 : 0u); // which of the workgroup's rows
     uint lane = ROWS8 == 1u ? lid & 7u : (ROWS8 == 2u ? lid & 31u : lid); // which lane of that row
     uint r = ROWS8 == 1u ? 8u * wg + slot : (ROWS8 == 2u ? 2u * wg + slot : wg);
-    // bit 5 (ROWS8 1, with bit 1): W is [gate | up] (n_out / 2 rows each), slots 0-3 gate rows
-    // 4 wg + s, slots 4-7 the up rows of the same 4; y is act(gate) * up (act.comp's pair mode)
+    // bit 5 (ROWS8 1, with bit 1): W is gate and up (n_out / 2 rows each, from w_off and y_off),
+    // slots 0-3 gate rows 4 wg + s, slots 4-7 the up rows of the same 4; y is act(gate) * up
+    // (act.comp's pair mode)
     bool gated = ROWS8 == 1u && (p.accumulate & 34u) == 34u;
     uint gi = 4u * wg + (slot & 3u); // gated: the output value
     if (gated) r = (slot < 4u ? 0u : p.n_out >> 1) + gi;
     if (ROWS8 == 0u && r >= p.n_out) return; // the whole workgroup: before any barrier
     // ROWS8: the last workgroup's spare rows take the barriers only
     bool valid = gated ? gi < (p.n_out >> 1) : r < p.n_out;
-    uint row = p.w_off + (valid ? r : 0u) * p.row_bytes;
+    uint row = gated ? (slot < 4u ? p.w_off : p.y_off) + (valid ? gi : 0u) * p.row_bytes
+                     : p.w_off + (valid ? r : 0u) * p.row_bytes;
     uint nb = p.n_in >> 5;
     selfq = ROWS8 != 0u && (p.accumulate & 2u) != 0u;
     normed = selfq && (p.accumulate & 16u) != 0u;
