@@ -137,7 +137,14 @@ enum {
     /* Profile the device steps: a timestamp after every dispatch (the GPU then idles a little
      * between dispatches: a few percent slower), and geist_model_device_stats splits the GPU
      * time by what the dispatches do (role_ns, role_calls). Without it those stay 0. */
-    GEIST_DEVICE_PROFILE = 1u << 1
+    GEIST_DEVICE_PROFILE = 1u << 1,
+    /* Integer dot products (VK_KHR_shader_integer_dot_product) in the quantized products: by
+     * default used where the device reports them accelerated for packed 8-bit values (the H200
+     * does; lavapipe does not). INT_DOT: wherever the device has them at all (engine creation
+     * fails with GEIST_ERR_UNSUPPORTED where it has none); NO_INT_DOT: never. The sums are
+     * integers: every choice gives the same bits. Not both. */
+    GEIST_DEVICE_INT_DOT = 1u << 2,
+    GEIST_DEVICE_NO_INT_DOT = 1u << 3
 };
 
 GEIST_API void geist_engine_options_default(geist_engine_options *opts);

@@ -323,12 +323,17 @@ def _rss_mib() -> float:
     return 0.0
 
 
+# `--int-dot`: geist.Engine's int_dot
+_INT_DOT: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
+
+
 def _bench_npcs(ns: argparse.Namespace, name: str) -> int:
     """`geist bench --npcs 1,2,4,8`: async requests of N sessions decoding at once."""
     import geist
     from geist.runtime import bench_npcs
 
-    eng = geist.Engine(backend=ns.backend, n_threads=ns.threads, attn_chunk=ns.attn_chunk)
+    eng = geist.Engine(backend=ns.backend, n_threads=ns.threads, attn_chunk=ns.attn_chunk,
+                       int_dot=_INT_DOT[ns.int_dot])
     m = geist.Model.load(_resolve_model(name), engine=eng)
     res = bench_npcs(m, [int(x) for x in ns.npcs.split(",")], tokens=ns.tg)
     if ns.json:
@@ -365,7 +370,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     rows = []
     base_rss = _rss_mib()
     eng = geist.Engine(backend=ns.backend, n_threads=ns.threads, attn_chunk=ns.attn_chunk,
-                       device_profile=ns.profile)
+                       device_profile=ns.profile, int_dot=_INT_DOT[ns.int_dot])
     for name in names:
         path = _resolve_model(name)
         loads: list[float] = []
@@ -502,6 +507,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--attn-chunk", type=int, default=0, metavar="N",
                    help="vulkan: split decode attention into chunks of N positions (0: the "
                         "device's choice, -1: unsplit, cpu_scalar's order; docs/VULKAN.md)")
+    b.add_argument("--int-dot", default="auto", choices=sorted(_INT_DOT),
+                   help="vulkan: integer dot product instructions in the quantized products "
+                        "(auto: where the device reports them accelerated; same results)")
     b.add_argument("--profile", action="store_true",
                    help="vulkan: time every dispatch and print the decode's GPU time by role")
     b.add_argument("--vs-llama-cpp", action="store_true",

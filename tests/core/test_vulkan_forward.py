@@ -338,7 +338,8 @@ def test_the_default_attention_is_the_devices_choice() -> None:
 
 
 def test_unknown_device_flags_are_refused() -> None:
-    # GEIST_DEVICE_NO_IMPORT | GEIST_DEVICE_PROFILE are the known bits; any other is an error
+    # GEIST_DEVICE_NO_IMPORT, _PROFILE, _INT_DOT and _NO_INT_DOT are the known bits; any other
+    # is an error
     from geist._binding import ffi, last_error, lib
 
     opts = ffi.new("geist_engine_options *")
@@ -498,6 +499,63 @@ def test_prefill_tiles_match_cpu_scalar_bit_for_bit(family: str, weight_type: st
     ref = _prefill_rows(path, "cpu_scalar", None)
     got = _prefill_rows(path, "vulkan", vk)
     assert np.array_equal(ref, got), max(_rel(a, b) for a, b in zip(ref, got, strict=True))
+
+
+@pytest.fixture
+def vk_idot(_vk_holder: dict[str, geist.Engine]) -> geist.Engine:
+    # lavapipe has integer dot products but does not call them accelerated: the default leaves
+    # them off there, GEIST_DEVICE_INT_DOT takes them (the *_idot kernels)
+    if "idot" not in _vk_holder:
+        _vk_holder["idot"] = geist.Engine(backend="vulkan", attn_chunk=EXACT, int_dot=True)
+    return _vk_holder["idot"]
+
+
+@pytest.mark.parametrize(("family", "weight_type"),
+                         [(f, t) for f in ("llama", "gemma3")
+                          for t in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q6_K")])
+def test_integer_dot_products_match_cpu_scalar_bit_for_bit(family: str, weight_type: str,
+                                                           vk_idot: geist.Engine) -> None:
+    # matmul_idot (prefill tiles) and matvec_idot (the 13-row step's and decode's products,
+    # with the norm, rope and gated FFN in the product): the same integer sums in one
+    # instruction per 4 bytes (OpSDot / OpSUDot), so the same bits as cpu_scalar
+    path = testing.family_fixture_path(family, weight_type)
+    ref = _prefill_rows(path, "cpu_scalar", None)
+    got = _prefill_rows(path, "vulkan", vk_idot)
+    assert np.array_equal(ref, got), max(_rel(a, b) for a, b in zip(ref, got, strict=True))
+
+
+def test_integer_dot_products_in_batched_decode(vk_idot: geist.Engine) -> None:
+    # 8 sessions a step: matvec_idot's multi-token rows (Q4_K: super-blocks of 256), against
+    # cpu_scalar's greedy ids session by session
+    path = testing.fixture_path("llama", "Q4_K")
+    prompts = [[int(v) for v in np.random.default_rng(40 + i).integers(1, 300, 3 + i)]
+               for i in range(8)]
+    ids = {}
+    for name, eng in (("cpu", geist.Engine(backend="cpu_scalar")), ("vk", vk_idot)):
+        with geist.Model.load(path, engine=eng) as m:
+            sessions = [m.session(max_seq_len=40) for _ in prompts]
+            handles = [s.submit(p, max_tokens=10, temperature=0.0)
+                       for s, p in zip(sessions, prompts, strict=True)]
+            ids[name] = [h.result().ids for h in handles]
+            for s in sessions:
+                s.close()
+        if name == "cpu":
+            eng.close()
+    assert ids["vk"] == ids["cpu"]
+    assert all(len(x) == 10 for x in ids["cpu"])
+
+
+def test_contradicting_int_dot_flags_are_refused() -> None:
+    from geist._binding import ffi, last_error, lib
+
+    opts = ffi.new("geist_engine_options *")
+    lib.geist_engine_options_default(opts)
+    name = ffi.new("char[]", b"vulkan")
+    opts.backend = name
+    opts.device_flags = lib.GEIST_DEVICE_INT_DOT | lib.GEIST_DEVICE_NO_INT_DOT
+    out = ffi.new("geist_engine **")
+    assert lib.geist_engine_create(opts, out) != 0
+    assert "contradict" in last_error()
 
 
 # F32/F16 weights stay on matvec.comp in long steps too (float activations, its own sum order:

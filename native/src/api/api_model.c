@@ -70,8 +70,13 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
     } else if (o.activations != GEIST_ACTIVATIONS_Q8) {
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown activations mode %d", o.activations);
     }
-    if (o.device_flags & ~(uint32_t)(GEIST_DEVICE_NO_IMPORT | GEIST_DEVICE_PROFILE))
+    if (o.device_flags & ~(uint32_t)(GEIST_DEVICE_NO_IMPORT | GEIST_DEVICE_PROFILE |
+                                     GEIST_DEVICE_INT_DOT | GEIST_DEVICE_NO_INT_DOT))
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown device_flags 0x%x", o.device_flags);
+    if ((o.device_flags & GEIST_DEVICE_INT_DOT) && (o.device_flags & GEIST_DEVICE_NO_INT_DOT))
+        return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT,
+                              "device_flags: GEIST_DEVICE_INT_DOT and GEIST_DEVICE_NO_INT_DOT "
+                              "contradict each other");
     if (o.device_attn_chunk < GEIST_DEVICE_ATTN_EXACT ||
         o.device_attn_chunk > GEIST_DEVICE_ATTN_CHUNK_MAX)
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT,
@@ -83,7 +88,10 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
         const gt_dev_options dopt = {o.device, o.vulkan_loader, o.device_memory_limit,
                                      (o.device_flags & GEIST_DEVICE_NO_IMPORT) != 0,
                                      o.device_attn_chunk,
-                                     (o.device_flags & GEIST_DEVICE_PROFILE) != 0};
+                                     (o.device_flags & GEIST_DEVICE_PROFILE) != 0,
+                                     (o.device_flags & GEIST_DEVICE_INT_DOT)      ? 1
+                                     : (o.device_flags & GEIST_DEVICE_NO_INT_DOT) ? -1
+                                                                                  : 0};
         gt_err err = {0};
         if (be->device->engine_init(&dopt, &dev_ctx, &err) != GEIST_OK) {
             gt_set_thread_error(err.msg);

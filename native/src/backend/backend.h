@@ -100,6 +100,8 @@ typedef struct gt_dev_options {
     bool no_import;        /* never import host pointers (copy instead) */
     int32_t attn_chunk;    /* geist_engine_options.device_attn_chunk (checked: -1..4096) */
     bool profile;          /* GEIST_DEVICE_PROFILE: a timestamp after every dispatch */
+    int32_t int_dot;       /* integer dot products: 1 GEIST_DEVICE_INT_DOT, -1 GEIST_DEVICE_NO_INT_DOT,
+                              0 the device's choice */
 } gt_dev_options;
 
 /* A device's forward-pass counters since the model's load (geist_model_device_stats): passes

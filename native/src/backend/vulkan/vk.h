@@ -22,6 +22,7 @@ typedef struct gt_vk_fns {
     PFN_vkEnumeratePhysicalDevices EnumeratePhysicalDevices;
     PFN_vkGetPhysicalDeviceProperties GetPhysicalDeviceProperties;
     PFN_vkGetPhysicalDeviceProperties2 GetPhysicalDeviceProperties2;
+    PFN_vkGetPhysicalDeviceFeatures2 GetPhysicalDeviceFeatures2;
     PFN_vkGetPhysicalDeviceMemoryProperties GetPhysicalDeviceMemoryProperties;
     PFN_vkGetPhysicalDeviceQueueFamilyProperties GetPhysicalDeviceQueueFamilyProperties;
     PFN_vkEnumerateDeviceExtensionProperties EnumerateDeviceExtensionProperties;
@@ -116,6 +117,7 @@ typedef struct gt_vk_ctx {
     int32_t attn_chunk;    /* the split attention's positions per chunk (vk_forward.c); 0: never
                               (device_attn_chunk resolved: vk_device.c) */
     bool profile;          /* a timestamp after every dispatch (GEIST_DEVICE_PROFILE) */
+    bool int_dot;          /* the *_idot kernels (integer dot products: vk_device.c's choice) */
     pthread_mutex_t queue_lock; /* the queue and command pool: one submitter at a time */
 } gt_vk_ctx;
 

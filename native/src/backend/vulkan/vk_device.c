@@ -215,20 +215,51 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
     r = c->f.EnumerateDeviceExtensionProperties(c->phys, NULL, &n_ext, ext);
     if (r != VK_SUCCESS && r != VK_INCOMPLETE) n_ext = 0;
     const bool import = !o->no_import && has_ext(ext, n_ext, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+    /* integer dot products (the *_idot kernels, idot.glsl): by default where the device says
+     * they are accelerated for packed signed and mixed-signedness bytes; GEIST_DEVICE_INT_DOT
+     * wherever it has them at all (the same bits either way), GEIST_DEVICE_NO_INT_DOT never */
+    const bool idot_ext = has_ext(ext, n_ext, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+    VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idot_feat = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
+    if (idot_ext) {
+        VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                        .pNext = &idot_feat};
+        c->f.GetPhysicalDeviceFeatures2(c->phys, &f2);
+    }
+    const bool idot_have = idot_ext && idot_feat.shaderIntegerDotProduct;
+    VkPhysicalDeviceShaderIntegerDotProductPropertiesKHR idot_props = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES_KHR};
     VkPhysicalDeviceExternalMemoryHostPropertiesEXT hostp = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT,
+        .pNext = idot_have ? &idot_props : NULL};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-                                      .pNext = import ? &hostp : NULL};
+                                      .pNext = import ? (void *)&hostp
+                                               : idot_have ? (void *)&idot_props : NULL};
     c->f.GetPhysicalDeviceProperties2(c->phys, &p2);
+    if (o->int_dot > 0 && !idot_have) {
+        gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: GEIST_DEVICE_INT_DOT asked for integer dot "
+                "products, which %s does not offer (VK_KHR_shader_integer_dot_product)",
+                c->props.deviceName);
+        gt_vk_ctx_free(c);
+        return GEIST_ERR_UNSUPPORTED;
+    }
+    const bool idot_fast = idot_props.integerDotProduct4x8BitPackedSignedAccelerated &&
+                           idot_props.integerDotProduct4x8BitPackedMixedSignednessAccelerated;
+    c->int_dot = idot_have && (o->int_dot > 0 || (o->int_dot == 0 && idot_fast));
 
     const float prio = 1.0f;
     const VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                          .queueFamilyIndex = c->queue_family, .queueCount = 1,
                                          .pQueuePriorities = &prio};
-    const char *exts[1];
+    const char *exts[2];
     uint32_t n_on = 0;
     if (import) exts[n_on++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
+    if (c->int_dot) exts[n_on++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+    VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idot_on = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR,
+        .shaderIntegerDotProduct = VK_TRUE};
     const VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                                    .pNext = c->int_dot ? &idot_on : NULL,
                                     .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci,
                                     .enabledExtensionCount = n_on, .ppEnabledExtensionNames = exts};
     r = c->f.CreateDevice(c->phys, &dci, NULL, &c->dev);

@@ -524,9 +524,14 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     fw->wide = c->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     for (int p = 0; p < P_COUNT; p++) {
         if (p == P_MATMUL && !fw->mm) continue; /* left VK_NULL_HANDLE: never dispatched */
+        /* the kernel, or its integer-dot-product build where the device takes those */
+        char want[32];
+        snprintf(want, sizeof want, "%s%s", k_pipe_names[p], c->int_dot ? "_idot" : "");
         const gt_vk_spv *s = NULL;
-        for (int i = 0; i < gt_vk_n_shaders && !s; i++)
-            if (strcmp(gt_vk_shaders[i].name, k_pipe_names[p]) == 0) s = &gt_vk_shaders[i];
+        for (int pass = 0; pass < 2 && !s; pass++)
+            for (int i = 0; i < gt_vk_n_shaders && !s; i++)
+                if (strcmp(gt_vk_shaders[i].name, pass ? k_pipe_names[p] : want) == 0)
+                    s = &gt_vk_shaders[i];
         if (!s) return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: shader %s is not built in", k_pipe_names[p]);
         const VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                                .codeSize = s->size, .pCode = s->code};

@@ -53,7 +53,7 @@ geist_status gt_vk_load_instance(gt_vk_fns *f, VkInstance inst, gt_err *err) {
     if (!(f->n = (PFN_vk##n)f->GetInstanceProcAddr(inst, "vk" #n)))                                \
         return gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: the loader lacks vk" #n);
     I(DestroyInstance) I(EnumeratePhysicalDevices) I(GetPhysicalDeviceProperties)
-    I(GetPhysicalDeviceProperties2) I(GetPhysicalDeviceMemoryProperties)
+    I(GetPhysicalDeviceProperties2) I(GetPhysicalDeviceFeatures2) I(GetPhysicalDeviceMemoryProperties)
     I(GetPhysicalDeviceQueueFamilyProperties) I(EnumerateDeviceExtensionProperties)
     I(GetDeviceProcAddr) I(CreateDevice)
 #undef I

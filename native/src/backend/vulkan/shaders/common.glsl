@@ -32,6 +32,30 @@ int q6k_value(uint bb, uint l) {
     uint hq = (w_byte(bb + 128u + 32u * h + m) >> (2u * k)) & 3u;
     return int(lq | (hq << 4));
 }
+// the 4 bytes at byte g of W (any alignment) as a word
+uint w_word(uint g) {
+    uint sh = (g & 3u) * 8u;
+    if (sh == 0u) return W[g >> 2];
+    return (W[g >> 2] >> sh) | (W[(g >> 2) + 1u] << (32u - sh));
+}
+// bits 0..3 of x to bit 4 of bytes 0..3 (Q5_0's fifth bits)
+uint spread4(uint x) { return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25); }
+// per byte of q (each < 2 off; off 8, 16 or 32), the signed byte q - off: q ^ off is
+// (q - off) mod 2 off, and its top bit copied into the bits above makes the two's complement
+// (the product adds 256 - 2 off per set bit, without carries between bytes)
+uint sub_bytes(uint q, uint off) {
+    uint o = off * 0x01010101u, x = q ^ o;
+    return x | ((x & o) * (256u / off - 2u));
+}
+// Q6_K: the values l .. l + 3 (l % 4 == 0: one sub-block, consecutive bytes) as q6k_value makes
+// them, byte k of the word value l + k
+uint q6k_word(uint bb, uint l) {
+    uint h = l >> 7, v = l & 127u, k = v >> 5, m = v & 31u;
+    uint lq = w_word(bb + 64u * h + m + ((k & 1u) != 0u ? 32u : 0u));
+    lq = (k < 2u ? lq : lq >> 4) & 0x0F0F0F0Fu;
+    uint hq = (w_word(bb + 128u + 32u * h + m) >> (2u * k)) & 0x03030303u;
+    return lq | (hq << 4);
+}
 // element i of the weight row starting at byte `row`
 float w_elem(uint type, uint row, uint i) {
     if (type == T_F32) return w_f32(row + 4u * i);

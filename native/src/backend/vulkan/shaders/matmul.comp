@@ -23,6 +23,7 @@ layout(push_constant) uniform P {
     uint w_off, type, n_in, row_bytes, n_out, n_tok, ldy, accumulate, y_off;
 } p;
 #include "common.glsl"
+#include "idot.glsl"
 #define TM 32u  // output rows per workgroup
 #define TN 32u  // tokens per workgroup
 #define STR 65u // words per staged row (64 + 1: no two of a warp's rows in one bank)
@@ -34,25 +35,6 @@ shared int WSC[TM][16];   // Q4_K: per 32 the 6-bit scale; Q6_K: per 16 the 8-bi
 shared int WMN[TM][8];    // Q4_K: per 32 the 6-bit min
 shared float XD[TN][8];   // per block the activation scale (256: [0])
 shared int XSUM[TN][8];   // per 32 the sum of the activation bytes
-
-uint packb(int a, int b, int c, int d) {
-    return (uint(a) & 255u) | ((uint(b) & 255u) << 8) | ((uint(c) & 255u) << 16) | (uint(d) << 24);
-}
-// the 4 bytes at byte g of W (any alignment)
-uint w_word(uint g) {
-    uint sh = (g & 3u) * 8u;
-    if (sh == 0u) return W[g >> 2];
-    return (W[g >> 2] >> sh) | (W[(g >> 2) + 1u] << (32u - sh));
-}
-// the sum of the four signed bytes of w
-int bsum4(uint w) {
-    return (int(w << 24) >> 24) + (int(w << 16) >> 24) + (int(w << 8) >> 24) + (int(w) >> 24);
-}
-// the dot product of the four signed bytes of a and of b
-int dot4ss(uint a, uint b) {
-    return (int(a << 24) >> 24) * (int(b << 24) >> 24) + (int(a << 16) >> 24) * (int(b << 16) >> 24) +
-           (int(a << 8) >> 24) * (int(b << 8) >> 24) + (int(a) >> 24) * (int(b) >> 24);
-}
 
 // stages unit j (values 32 j .. 32 j + 31 of chunk c) of tile row rr (weight row at byte `row`)
 void stage_w(uint rr, uint j, uint c, uint row, bool ok, uint wtype) {
@@ -78,9 +60,7 @@ void stage_w(uint rr, uint j, uint c, uint row, bool ok, uint wtype) {
         WSC[rr][2u * j] = sext8(w_byte(bb + 192u + 2u * j));
         WSC[rr][2u * j + 1u] = sext8(w_byte(bb + 193u + 2u * j));
         for (uint w = 0u; w < 8u; w++) { // q - 32: the integer sum is matvec's sq - 32 sa
-            uint l = 32u * j + 4u * w;
-            WS[s + w] = packb(q6k_value(bb, l) - 32, q6k_value(bb, l + 1u) - 32,
-                              q6k_value(bb, l + 2u) - 32, q6k_value(bb, l + 3u) - 32);
+            WS[s + w] = sub_bytes(q6k_word(bb, 32u * j + 4u * w), 32u);
         }
     } else if (wtype == T_Q8_0) {
         uint bb = row + 34u * (8u * c + j);
@@ -93,17 +73,13 @@ void stage_w(uint rr, uint j, uint c, uint row, bool ok, uint wtype) {
         WD[rr][j] = w_f16(bb);
         if (wtype == T_Q4_1) WM[rr][j] = w_f16(bb + 2u);
         uint qh = wtype == T_Q5_0 ? w_word(bb + 2u) : 0u;
-        int off = wtype == T_Q4_0 ? 8 : (wtype == T_Q5_0 ? 16 : 0);
         uint q[4];
         for (uint w = 0u; w < 4u; w++) q[w] = w_word(bb + hdr + 4u * w);
         for (uint w = 0u; w < 8u; w++) { // values 4 w ..: low nibbles of bytes 4 w .., then high
             uint qw = w < 4u ? q[w] & 0x0F0F0F0Fu : (q[w - 4u] >> 4) & 0x0F0F0F0Fu;
-            int v[4];
-            for (uint k = 0u; k < 4u; k++) {
-                uint i = 4u * w + k;
-                v[k] = int(((qw >> (8u * k)) & 15u) | (((qh >> i) & 1u) << 4)) - off;
-            }
-            WS[s + w] = packb(v[0], v[1], v[2], v[3]);
+            if (wtype == T_Q5_0) qw = sub_bytes(qw | spread4(qh >> (4u * w)), 16u);
+            else if (wtype == T_Q4_0) qw = sub_bytes(qw, 8u);
+            WS[s + w] = qw;
         }
     }
 }

@@ -43,6 +43,7 @@ layout(push_constant) uniform P {
     uint w_off, type, n_in, row_bytes, n_out, n_tok, ldy, accumulate, y_off;
 } p;
 #include "common.glsl"
+#include "idot.glsl"
 #include "f16.glsl"
 #include "exact.glsl"
 #include "vexp.glsl"
@@ -76,25 +77,11 @@ float adv(uint t, uint b, uint nblk) { // block b's scale of token t's row
     return selfq ? SD[(t - chunk0) * nblk + b] : AD[t * nblk + b];
 }
 
-// the sum of the four signed bytes of w
-int bsum4(uint w) {
-    return (int(w << 24) >> 24) + (int(w << 16) >> 24) + (int(w << 8) >> 24) + (int(w) >> 24);
-}
-// the dot product of four signed bytes of a with four small signed ints (w0..w3)
-int dot4(uint a, int w0, int w1, int w2, int w3) {
-    return (int(a << 24) >> 24) * w0 + (int(a << 16) >> 24) * w1 + (int(a << 8) >> 24) * w2 +
-           (int(a) >> 24) * w3;
-}
-// the dot products of the four signed bytes of a with the four bytes of c, signed or unsigned
-int dot4s(uint a, uint c) { return dot4(a, int(c << 24) >> 24, int(c << 16) >> 24, int(c << 8) >> 24, int(c) >> 24); }
-int dot4u(uint a, uint c) { return dot4(a, int(c & 255u), int((c >> 8) & 255u), int((c >> 16) & 255u), int(c >> 24)); }
 // the 4 bytes of the weights from even byte b (blocks of 32 sit at even offsets) as a word
 uint w4(uint b) {
     uint i = b >> 2;
     return (b & 2u) == 0u ? W[i] : (W[i] >> 16) | (W[i + 1u] << 16);
 }
-// bits 0..3 of x to bit 4 of bytes 0..3 (Q5_0's fifth bits)
-uint spread4(uint x) { return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25); }
 // A block of 32 as 8 words of 4 codes, word w against the 8-bit activations' word w (values 4w..
 // 4w + 3): Q8_0's signed, the others' unsigned, the value code - off (8 Q4_0, 16 Q5_0; quants.c
 // sums n q and subtracts off sum(q): the same integers); d its scale, m (Q4_1) its min. Named
@@ -142,11 +129,11 @@ float block_pr(Blk k, uint t, uint b, uint nb) {
                bsum4(a7); // integers: any order gives the same sums
     int isum;
     if (wtype == T_Q8_0) {
-        isum = dot4s(a0, k.c0) + dot4s(a1, k.c1) + dot4s(a2, k.c2) + dot4s(a3, k.c3) +
-               dot4s(a4, k.c4) + dot4s(a5, k.c5) + dot4s(a6, k.c6) + dot4s(a7, k.c7);
+        isum = dot4ss(a0, k.c0) + dot4ss(a1, k.c1) + dot4ss(a2, k.c2) + dot4ss(a3, k.c3) +
+               dot4ss(a4, k.c4) + dot4ss(a5, k.c5) + dot4ss(a6, k.c6) + dot4ss(a7, k.c7);
     } else {
-        isum = dot4u(a0, k.c0) + dot4u(a1, k.c1) + dot4u(a2, k.c2) + dot4u(a3, k.c3) +
-               dot4u(a4, k.c4) + dot4u(a5, k.c5) + dot4u(a6, k.c6) + dot4u(a7, k.c7);
+        isum = dot4su(a0, k.c0) + dot4su(a1, k.c1) + dot4su(a2, k.c2) + dot4su(a3, k.c3) +
+               dot4su(a4, k.c4) + dot4su(a5, k.c5) + dot4su(a6, k.c6) + dot4su(a7, k.c7);
         isum -= (wtype == T_Q4_0 ? 8 : (wtype == T_Q5_0 ? 16 : 0)) * asum;
     }
     float dx = adv(t, b, nb);
@@ -248,13 +235,9 @@ void main() {
                             int sq = 0, sa = 0; // integers: any order gives the same sums
                             uint sh = (j & 1u) * 4u;
                             for (uint w = 0u; w < 8u; w++) {
-                                uint qw = (g & 3u) == 0u ? W[(g >> 2) + w]
-                                                         : w_byte(g + 4u * w) | (w_byte(g + 4u * w + 1u) << 8) |
-                                                               (w_byte(g + 4u * w + 2u) << 16) | (w_byte(g + 4u * w + 3u) << 24);
-                                qw = (qw >> sh) & 0x0F0F0F0Fu;
+                                uint qw = (w_word(g + 4u * w) >> sh) & 0x0F0F0F0Fu;
                                 uint a = aqw(t, 64u * b + 8u * j + w);
-                                sq += dot4(a, int(qw & 255u), int((qw >> 8) & 255u), int((qw >> 16) & 255u),
-                                           int(qw >> 24));
+                                sq += dot4su(a, qw);
                                 sa += bsum4(a);
                             }
                             A += sm.x * sq;
@@ -279,8 +262,7 @@ void main() {
                             int sq = 0, sa = 0;
                             for (uint w = 0u; w < 4u; w++) {
                                 uint l = 16u * g + 4u * w, a = aqw(t, 64u * b + 4u * g + w);
-                                sq += dot4(a, q6k_value(bb, l), q6k_value(bb, l + 1u),
-                                           q6k_value(bb, l + 2u), q6k_value(bb, l + 3u));
+                                sq += dot4su(a, q6k_word(bb, l));
                                 sa += bsum4(a);
                             }
                             A += sext8(w_byte(bb + 192u + g)) * (sq - 32 * sa);
