@@ -40,17 +40,21 @@
 #define MM_TN 32u
 #define MM_SHARED 23808u
 #define MM_MIN_TOK 8u
+#define MM16_MAX_TOK 16u
 
 /* P_MATVEC8: matvec.comp with ROWS8 = 1 (8 rows per workgroup), for quantized weights;
  * P_MATVEC2: ROWS8 = 2 (2 rows of 32 lanes, a block a lane), for blocks of 32 in steps of at
  * most 8 rows (dispatch_mv8);
  * P_ATTN_PART: the split attention of decode rows (split_of below);
- * P_MATMUL: matmul.comp, tiles of rows x tokens for quantized weights in longer steps */
+ * P_MATMUL: matmul.comp, tiles of rows x tokens for quantized weights in longer steps (32 x 32);
+ * P_MATMUL16: its tiles of 16 x 16 (MR 2, MT 1), for steps of at most MM16_MAX_TOK tokens (a
+ * reply's player line): more workgroups on the few rows of a small model, none of their token
+ * slots idle */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
-       P_ATTN_PART, P_MATMUL, P_MATVEC2, P_COUNT };
+       P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_COUNT };
 static const char *const k_pipe_names[P_COUNT] = {
     "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
-    "attn_part", "matmul", "matvec"};
+    "attn_part", "matmul", "matvec", "matmul"};
 
 /* The split attention (attn_part.comp), when attn_chunk > 0 (vk_device.c's choice on GPUs, or
  * the engine's; else every row runs attn.comp, cpu_scalar's order): a session's rows of a pass,
@@ -523,7 +527,8 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     fw->mm = lim->maxComputeSharedMemorySize >= MM_SHARED && lim->maxComputeWorkGroupInvocations >= 128;
     fw->wide = c->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     for (int p = 0; p < P_COUNT; p++) {
-        if (p == P_MATMUL && !fw->mm) continue; /* left VK_NULL_HANDLE: never dispatched */
+        if ((p == P_MATMUL || p == P_MATMUL16) && !fw->mm)
+            continue; /* left VK_NULL_HANDLE: never dispatched */
         /* the kernel, or its integer-dot-product build where the device takes those */
         char want[32];
         snprintf(want, sizeof want, "%s%s", k_pipe_names[p], c->int_dot ? "_idot" : "");
@@ -543,11 +548,15 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
                                                           vm->model->cfg.eps};
         const VkSpecializationMapEntry sme[2] = {{0, 0, 4}, {1, 4, 4}};
         const VkSpecializationInfo spec = {2, sme, sizeof sv, &sv};
+        const uint32_t mm16[2] = {2u, 1u}; /* matmul.comp's MR, MT */
+        const VkSpecializationInfo spec16 = {2, sme, sizeof mm16, mm16};
         const VkComputePipelineCreateInfo cpci = {
             .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
             .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                       .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main",
-                      .pSpecializationInfo = p == P_MATVEC8 || p == P_MATVEC2 ? &spec : NULL},
+                      .pSpecializationInfo = p == P_MATVEC8 || p == P_MATVEC2 ? &spec
+                                             : p == P_MATMUL16                 ? &spec16
+                                                                               : NULL},
             .layout = fw->pl};
         const VkResult r = c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &cpci, NULL,
                                                        &fw->pipe[p]);
@@ -835,7 +844,7 @@ static const uint32_t k_writes[P_COUNT] = {
     [P_EMBED] = WB(3), [P_QUANT] = WB(4) | WB(5), [P_MATVEC] = WB(3), [P_RMSNORM] = WB(3),
     [P_ROPE] = WB(2) | WB(3), [P_KVSTORE] = WB(6), [P_ATTN] = WB(3) | WB(5), [P_ACT] = WB(3),
     [P_MATVEC8] = WB(3), [P_ATTN_PART] = WB(3) | WB(4) | WB(5),
-    [P_MATMUL] = WB(3), [P_MATVEC2] = WB(3)};
+    [P_MATMUL] = WB(3), [P_MATVEC2] = WB(3), [P_MATMUL16] = WB(3)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
     for (uint32_t i = 0; i < n; i++)
@@ -865,7 +874,7 @@ static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *
                      uint32_t groups) {
     if (r->failed || groups == 0) return;
     if (pipe != P_MATVEC && pipe != P_MATVEC8 && pipe != P_MATVEC2 && pipe != P_MATMUL &&
-        pipe != P_QUANT)
+        pipe != P_MATMUL16 && pipe != P_QUANT)
         r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
     const uint32_t wmask = k_writes[pipe] ? k_writes[pipe] : 0xFFu;
     bool hazard = k_writes[pipe] == 0 || r->force;
@@ -1094,9 +1103,10 @@ static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
     const uint32_t pc[9] = {w->off, w->type, w->n_in, w->row_bytes, w->n_out, n_tok, w->ldy,
                             (uint32_t)acc | (selfq ? 2u : 0u), w->row0};
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
-    if (fmt >= 0 && !selfq && n_tok > MM_MIN_TOK && r->mm) { /* tiles of MM_TM rows x MM_TN tokens */
-        const uint32_t tiles = ((w->n_out + MM_TM - 1) / MM_TM) * ((n_tok + MM_TN - 1) / MM_TN);
-        dispatch(r, P_MATMUL, b, pc, sizeof pc, tiles);
+    if (fmt >= 0 && !selfq && n_tok > MM_MIN_TOK && r->mm) { /* tiles of rows x tokens */
+        const uint32_t tm = n_tok <= MM16_MAX_TOK ? 16 : MM_TM, tn = n_tok <= MM16_MAX_TOK ? 16 : MM_TN;
+        const uint32_t tiles = ((w->n_out + tm - 1) / tm) * ((n_tok + tn - 1) / tn);
+        dispatch(r, n_tok <= MM16_MAX_TOK ? P_MATMUL16 : P_MATMUL, b, pc, sizeof pc, tiles);
     } else if (fmt >= 0) dispatch_mv8(r, w, b, pc, n_tok);
     else dispatch(r, P_MATVEC, b, pc, sizeof pc, w->n_out);
 }

@@ -7,8 +7,8 @@
 // bindings as matvec.comp (its bits of `accumulate` other than bit 0 are not taken here).
 // K runs in chunks of 256 values (8 blocks of 32, or one super-block of 256): the tile's weights
 // as signed bytes with their scales, and the tile's 8-bit activations with their scales and
-// per-32 byte sums, are staged in shared memory; then each invocation, owning 4 rows x 2 tokens,
-// makes the integer block sums and the float products of its outputs.
+// per-32 byte sums, are staged in shared memory; then each invocation, owning MR rows x MT
+// tokens, makes the integer block sums and the float products of its outputs.
 // Exactness: the same bits as matvec.comp and cpu_scalar's matmul_q. Every output keeps 8 lane
 // partial sums: block b (super-block b) adds into lane b % 8 in increasing b, each block's float
 // made as matvec.comp makes it ((d_w * d_x) * isum [+ (m_w * d_x) * sum_x], Q4_K's
@@ -24,17 +24,24 @@ layout(push_constant) uniform P {
 } p;
 #include "common.glsl"
 #include "idot.glsl"
-#define TM 32u  // output rows per workgroup
-#define TN 32u  // tokens per workgroup
+// The tile (specialization constants): each invocation owns MR rows x MT tokens, so a
+// workgroup TM = 8 MR rows x TN = 16 MT tokens; 4 x 2 (32 x 32) by default, 2 x 1 (16 x 16)
+// for short steps (vk_forward.c: more workgroups, no idle token slots). The sums per output
+// are the same either way.
+layout(constant_id = 0) const uint MR = 4u;
+layout(constant_id = 1) const uint MT = 2u;
+#define TM (8u * MR)
+#define TN (16u * MT)
 #define STR 65u // words per staged row (64 + 1: no two of a warp's rows in one bank)
-shared uint WS[TM * STR]; // the chunk's weights: signed bytes, packed as the activations are
-shared uint XS[TN * STR]; // the chunk's 8-bit activations
-shared float WD[TM][8];   // per block: d (Q4_K, Q6_K: [0] d; Q4_K: [1] dmin)
-shared float WM[TM][8];   // Q4_1: per block m
-shared int WSC[TM][16];   // Q4_K: per 32 the 6-bit scale; Q6_K: per 16 the 8-bit scale
-shared int WMN[TM][8];    // Q4_K: per 32 the 6-bit min
-shared float XD[TN][8];   // per block the activation scale (256: [0])
-shared int XSUM[TN][8];   // per 32 the sum of the activation bytes
+// shared arrays sized for the largest tile (32 x 32), whatever the constants
+shared uint WS[32 * STR]; // the chunk's weights: signed bytes, packed as the activations are
+shared uint XS[32 * STR]; // the chunk's 8-bit activations
+shared float WD[32][8];   // per block: d (Q4_K, Q6_K: [0] d; Q4_K: [1] dmin)
+shared float WM[32][8];   // Q4_1: per block m
+shared int WSC[32][16];   // Q4_K: per 32 the 6-bit scale; Q6_K: per 16 the 8-bit scale
+shared int WMN[32][8];    // Q4_K: per 32 the 6-bit min
+shared float XD[32][8];   // per block the activation scale (256: [0])
+shared int XSUM[32][8];   // per 32 the sum of the activation bytes
 
 // stages unit j (values 32 j .. 32 j + 31 of chunk c) of tile row rr (weight row at byte `row`)
 void stage_w(uint rr, uint j, uint c, uint row, bool ok, uint wtype) {
@@ -95,11 +102,11 @@ void main() {
     uint nb = p.n_in >> 5, nbk = p.n_in >> 8;
     uint nchunk = kq ? nbk : (nb + 7u) / 8u;
     uint xw = p.n_in >> 2; // words of a token's 8-bit row
-    uint ty = lid >> 4, tx = lid & 15u; // rows ty + 8 i (i < 4), tokens tx + 16 k (k < 2)
-    float acc[64]; // [(2 i + k) * 8 + lane]
+    uint ty = lid >> 4, tx = lid & 15u; // rows ty + 8 i (i < MR), tokens tx + 16 k (k < MT)
+    float acc[64]; // [(MT i + k) * 8 + lane]
     for (uint e = 0u; e < 64u; e++) acc[e] = 0.0;
     for (uint c = 0u; c < nchunk; c++) {
-        // stage: 256 units of 32 weights (TM rows x 8) and 256 of 32 activations (TN x 8)
+        // stage: TM x 8 units of 32 weights and TN x 8 of 32 activations
         for (uint u = lid; u < TM * 8u; u += 128u) {
             uint rr = u >> 3, j = u & 7u, r = r0 + rr;
             bool ok = r < p.n_out && (kq || 8u * c + j < nb);
@@ -125,32 +132,32 @@ void main() {
                 int isum[8];
                 for (uint e = 0u; e < 8u; e++) isum[e] = 0;
                 for (uint w = 0u; w < 8u; w++) {
-                    uint a0 = XS[tx * STR + 8u * j + w], a1 = XS[(tx + 16u) * STR + 8u * j + w];
-                    for (uint i = 0u; i < 4u; i++) {
+                    uint a[2];
+                    for (uint k = 0u; k < MT; k++) a[k] = XS[(tx + 16u * k) * STR + 8u * j + w];
+                    for (uint i = 0u; i < MR; i++) {
                         uint q = WS[(ty + 8u * i) * STR + 8u * j + w];
-                        isum[2u * i] += dot4ss(a0, q);
-                        isum[2u * i + 1u] += dot4ss(a1, q);
+                        for (uint k = 0u; k < MT; k++) isum[MT * i + k] += dot4ss(a[k], q);
                     }
                 }
-                for (uint i = 0u; i < 4u; i++)
-                    for (uint k = 0u; k < 2u; k++) {
+                for (uint i = 0u; i < MR; i++)
+                    for (uint k = 0u; k < MT; k++) {
                         uint rr = ty + 8u * i, tt = tx + 16u * k;
                         float dx = XD[tt][j];
                         precise float dd = WD[rr][j] * dx;
-                        precise float pr = dd * float(isum[2u * i + k]);
+                        precise float pr = dd * float(isum[MT * i + k]);
                         if (wtype == T_Q4_1) {
                             precise float md = WM[rr][j] * dx;
                             precise float p2 = md * float(XSUM[tt][j]);
                             pr = pr + p2;
                         }
-                        uint e = (2u * i + k) * 8u + j;
+                        uint e = (MT * i + k) * 8u + j;
                         precise float s = acc[e] + pr;
                         acc[e] = s;
                     }
             }
         } else {
-            // the super-block's integer sums of the 8 outputs (A; Q4_K's mins B), sub-block by
-            // sub-block, each load of a word serving 2 (weights) or 4 (activations) outputs
+            // the super-block's integer sums of the outputs (A; Q4_K's mins B), sub-block by
+            // sub-block, each load of a word serving MT (weights) or MR (activations) outputs
             int A[8], B[8];
             for (uint e = 0u; e < 8u; e++) A[e] = B[e] = 0;
             for (uint j = 0u; j < 8u; j++) {
@@ -158,19 +165,22 @@ void main() {
                 for (uint e = 0u; e < 8u; e++) sq0[e] = sq1[e] = 0;
                 for (uint w = 0u; w < 4u; w++) {
                     uint x = 8u * j + w;
-                    uint a0 = XS[tx * STR + x], a1 = XS[(tx + 16u) * STR + x];
-                    uint b0 = XS[tx * STR + x + 4u], b1 = XS[(tx + 16u) * STR + x + 4u];
-                    for (uint i = 0u; i < 4u; i++) {
+                    uint a[2], b[2];
+                    for (uint k = 0u; k < MT; k++) {
+                        a[k] = XS[(tx + 16u * k) * STR + x];
+                        b[k] = XS[(tx + 16u * k) * STR + x + 4u];
+                    }
+                    for (uint i = 0u; i < MR; i++) {
                         uint q = WS[(ty + 8u * i) * STR + x], q4 = WS[(ty + 8u * i) * STR + x + 4u];
-                        sq0[2u * i] += dot4ss(a0, q);
-                        sq0[2u * i + 1u] += dot4ss(a1, q);
-                        sq1[2u * i] += dot4ss(b0, q4);
-                        sq1[2u * i + 1u] += dot4ss(b1, q4);
+                        for (uint k = 0u; k < MT; k++) {
+                            sq0[MT * i + k] += dot4ss(a[k], q);
+                            sq1[MT * i + k] += dot4ss(b[k], q4);
+                        }
                     }
                 }
-                for (uint i = 0u; i < 4u; i++)
-                    for (uint k = 0u; k < 2u; k++) {
-                        uint rr = ty + 8u * i, tt = tx + 16u * k, e = 2u * i + k;
+                for (uint i = 0u; i < MR; i++)
+                    for (uint k = 0u; k < MT; k++) {
+                        uint rr = ty + 8u * i, tt = tx + 16u * k, e = MT * i + k;
                         if (wtype == T_Q4_K) {
                             A[e] += WSC[rr][j] * (sq0[e] + sq1[e]);
                             B[e] += WMN[rr][j] * XSUM[tt][j];
@@ -180,19 +190,19 @@ void main() {
                     }
             }
             uint lane = c & 7u;
-            for (uint i = 0u; i < 4u; i++)
-                for (uint k = 0u; k < 2u; k++) {
+            for (uint i = 0u; i < MR; i++)
+                for (uint k = 0u; k < MT; k++) {
                     uint rr = ty + 8u * i, tt = tx + 16u * k;
                     float dx = XD[tt][0];
                     precise float dd = WD[rr][0] * dx;
-                    precise float pr = dd * float(A[2u * i + k]);
+                    precise float pr = dd * float(A[MT * i + k]);
                     if (wtype == T_Q4_K) {
                         precise float dm = WD[rr][1] * dx;
-                        precise float p2 = dm * float(B[2u * i + k]);
+                        precise float p2 = dm * float(B[MT * i + k]);
                         pr = pr - p2;
                     }
                     for (uint l = 0u; l < 8u; l++) {
-                        uint e = (2u * i + k) * 8u + l;
+                        uint e = (MT * i + k) * 8u + l;
                         precise float s = acc[e] + pr;
                         acc[e] = l == lane ? s : acc[e];
                     }
@@ -200,9 +210,9 @@ void main() {
         }
         barrier();
     }
-    for (uint i = 0u; i < 4u; i++)
-        for (uint k = 0u; k < 2u; k++) {
-            uint r = r0 + ty + 8u * i, t = t0 + tx + 16u * k, e = (2u * i + k) * 8u;
+    for (uint i = 0u; i < MR; i++)
+        for (uint k = 0u; k < MT; k++) {
+            uint r = r0 + ty + 8u * i, t = t0 + tx + 16u * k, e = (MT * i + k) * 8u;
             if (r >= p.n_out || t >= p.n_tok) continue;
             precise float s01 = acc[e] + acc[e + 1u];
             precise float s23 = acc[e + 2u] + acc[e + 3u];
