@@ -41,6 +41,7 @@
 #define MM_SHARED 23808u
 #define MM_MIN_TOK 8u
 #define MM16_MAX_TOK 16u
+#define MM16_T 16u /* P_MATMUL16's rows and tokens per tile */
 
 /* P_MATVEC8: matvec.comp with ROWS8 = 1 (8 rows per workgroup), for quantized weights;
  * P_MATVEC2: ROWS8 = 2 (2 rows of 32 lanes, a block a lane), for blocks of 32 in steps of at
@@ -1104,9 +1105,10 @@ static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
                             (uint32_t)acc | (selfq ? 2u : 0u), w->row0};
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y, r->fw->aq.buf, r->fw->ad.buf, 0, 0};
     if (fmt >= 0 && !selfq && n_tok > MM_MIN_TOK && r->mm) { /* tiles of rows x tokens */
-        const uint32_t tm = n_tok <= MM16_MAX_TOK ? 16 : MM_TM, tn = n_tok <= MM16_MAX_TOK ? 16 : MM_TN;
+        const bool small = n_tok <= MM16_MAX_TOK;
+        const uint32_t tm = small ? MM16_T : MM_TM, tn = small ? MM16_T : MM_TN;
         const uint32_t tiles = ((w->n_out + tm - 1) / tm) * ((n_tok + tn - 1) / tn);
-        dispatch(r, n_tok <= MM16_MAX_TOK ? P_MATMUL16 : P_MATMUL, b, pc, sizeof pc, tiles);
+        dispatch(r, small ? P_MATMUL16 : P_MATMUL, b, pc, sizeof pc, tiles);
     } else if (fmt >= 0) dispatch_mv8(r, w, b, pc, n_tok);
     else dispatch(r, P_MATVEC, b, pc, sizeof pc, w->n_out);
 }
