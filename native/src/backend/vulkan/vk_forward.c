@@ -32,7 +32,7 @@
 #include "../../util/ggml_types.h"
 
 #define MAX_ROWS 64 /* rows per pass: bounds the scratch */
-#define N_BIND 8    /* storage buffer bindings of the one descriptor set layout */
+#define N_BIND 11   /* storage buffer bindings of the one descriptor set layout */
 #define MAX_GROUPS_X 65535u
 /* matmul.comp's tile (its TM, TN), its shared memory in bytes (its shared arrays' sizes) and the
  * steps that take it: more rows than matvec.comp serves in one pass over a weight row */
@@ -47,24 +47,28 @@
  * P_MATVEC2: ROWS8 = 2 (2 rows of 32 lanes, a block a lane), for blocks of 32 in steps of at
  * most 8 rows (dispatch_mv8);
  * P_ATTN_PART: the split attention of decode rows (split_of below);
+ * P_ATTN_FRESH, P_ATTN_PART_FRESH: attn.comp and attn_part.comp built with ATTN_FRESH, for passes
+ * of one row a session (fresh_of below): the row's QK norm, rotary and KV store inside;
  * P_MATMUL: matmul.comp, tiles of rows x tokens for quantized weights in longer steps (32 x 32);
  * P_MATMUL16: its tiles of 16 x 16 (MR 2, MT 1), for steps of at most MM16_MAX_TOK tokens (a
  * reply's player line): more workgroups on the few rows of a small model, none of their token
  * slots idle */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
-       P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_COUNT };
+       P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH, P_COUNT };
 static const char *const k_pipe_names[P_COUNT] = {
     "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
-    "attn_part", "matmul", "matvec", "matmul"};
+    "attn_part", "matmul", "matvec", "matmul", "attn_fresh", "attn_part_fresh"};
 
 /* The split attention (attn_part.comp), when attn_chunk > 0 (vk_device.c's choice on GPUs, or
  * the engine's; else every row runs attn.comp, cpu_scalar's order): a session's rows of a pass,
- * when at most SPLIT_ROWS (decode), attend in chunks of attn_chunk positions, one workgroup per
- * (row, head, chunk), the last of a row's chunks to finish merging them (attn_merge.glsl; the
- * counts in fw->cnt, zeroed at each pass's start); at most MAX_SPLIT chunks (past that the chunk
- * grows by whole attn_chunks), SPLIT_SH positions a chunk (attn_body.glsl's shared scores). Rows
- * whose positions fill one chunk run attn.comp. */
-#define SPLIT_ROWS 8u
+ * when at most SPLIT_ROWS (decode, and a reply's player line: attn.comp's 16 rows x heads
+ * workgroups walked 144 positions in 26 us a layer on the H200, a GPU's few percent), attend in
+ * chunks of attn_chunk positions, one workgroup per (row, head, chunk), the last of a row's
+ * chunks to finish merging them (attn_merge.glsl; the counts in fw->cnt, zeroed at each pass's
+ * start); at most MAX_SPLIT chunks (past that the chunk grows by whole attn_chunks), SPLIT_SH
+ * positions a chunk (attn_body.glsl's shared scores). Rows whose positions fill one chunk run
+ * attn.comp. */
+#define SPLIT_ROWS 16u
 #define MAX_SPLIT 64u /* attn_merge.glsl's MAX_SPLIT */
 #define SPLIT_SH 3072u /* attn_body.glsl's SH_MAX */
 
@@ -147,8 +151,11 @@ typedef struct gt_vk_fwd {
     vbuf cnt;           /* and per (row, head) its chunks done (attn_part.comp: the last merges) */
     uint32_t cap_split; /* chunks per (row, head) ap holds (0: no split) */
     uint64_t scratch_bytes;
-    dset *ds; /* ds_cap, n_ds made (from dpool) */
+    dset *ds; /* the cached sets (n_ds of ds_cap), found by ds_hash (ds_hcap slots: index + 1) */
     uint32_t n_ds, ds_cap;
+    uint32_t ds_used; /* sets taken from dpool since its reset: the cached, and those dropped when
+                       * a buffer they bind was freed (left in the pool until it fills) */
+    uint32_t *ds_hash, ds_hcap;
     cmd *plan, *last; /* this pass's commands, and those the command buffer holds (n_last) */
     uint32_t plan_cap, n_last;
     bool cb_valid;    /* cb holds `last`, resubmittable */
@@ -398,6 +405,7 @@ void gt_vk_fwd_free(gt_vk_model *vm) {
     free(fw->norms_host);
     free(fw->lw);
     free(fw->ds);
+    free(fw->ds_hash);
     free(fw->plan);
     free(fw->last);
     free(fw->lr);
@@ -473,7 +481,7 @@ static geist_status make_dpool(gt_vk_model *vm, uint32_t cap, gt_err *err) {
     gt_vk_ctx *c = vm->ctx;
     if (fw->dpool) c->f.DestroyDescriptorPool(c->dev, fw->dpool, NULL);
     fw->dpool = VK_NULL_HANDLE;
-    fw->n_ds = fw->ds_cap = 0;
+    fw->n_ds = fw->ds_cap = fw->ds_used = 0;
     const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, cap * N_BIND};
     const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
                                              .maxSets = cap, .poolSizeCount = 1,
@@ -483,10 +491,30 @@ static geist_status make_dpool(gt_vk_model *vm, uint32_t cap, gt_err *err) {
         return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: cannot create a descriptor pool");
     }
     dset *ds = realloc(fw->ds, cap * sizeof *ds);
-    if (!ds) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan descriptors)");
-    fw->ds = ds;
+    if (ds) fw->ds = ds;
+    uint32_t hcap = 16;
+    while (hcap < 2 * cap) hcap *= 2;
+    uint32_t *h = ds ? calloc(hcap, sizeof *h) : NULL;
+    if (!h) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan descriptors)");
+    free(fw->ds_hash);
+    fw->ds_hash = h;
+    fw->ds_hcap = hcap;
     fw->ds_cap = cap;
     return GEIST_OK;
+}
+
+/* the hash slot of a set of bindings (FNV-1a over the handles), probed linearly */
+static uint32_t ds_slot(const gt_vk_fwd *fw, const VkBuffer bind[N_BIND]) {
+    const unsigned char *b = (const unsigned char *)bind;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < N_BIND * sizeof(VkBuffer); i++) h = (h ^ b[i]) * 1099511628211ull;
+    return (uint32_t)(h ^ (h >> 32)) & (fw->ds_hcap - 1);
+}
+
+static void ds_index(gt_vk_fwd *fw, uint32_t i) {
+    uint32_t k = ds_slot(fw, fw->ds[i].b);
+    while (fw->ds_hash[k]) k = (k + 1) & (fw->ds_hcap - 1);
+    fw->ds_hash[k] = i + 1;
 }
 
 /* pipelines, command pool, fence: at the first session */
@@ -612,8 +640,29 @@ static void forget_recordings(gt_vk_model *vm) {
     gt_vk_fwd *fw = vm->fwd;
     fw->cb_valid = false;
     fw->n_last = 0;
-    if (fw->n_ds) vm->ctx->f.ResetDescriptorPool(vm->ctx->dev, fw->dpool, 0);
-    fw->n_ds = 0;
+    if (fw->ds_used) vm->ctx->f.ResetDescriptorPool(vm->ctx->dev, fw->dpool, 0);
+    fw->n_ds = fw->ds_used = 0;
+    if (fw->ds_hash) memset(fw->ds_hash, 0, fw->ds_hcap * sizeof *fw->ds_hash);
+}
+
+/* Drops the recorded pass and the cached sets that bind buf, before buf is freed (a session's
+ * KV): the others stay (a reply's new session then makes only the sets of its own KV), the
+ * dropped ones stay allocated, unused, until the pool fills (run_pass resets it). Under the
+ * lock, no pass in flight. */
+static void forget_buffer(gt_vk_model *vm, VkBuffer buf) {
+    gt_vk_fwd *fw = vm->fwd;
+    fw->cb_valid = false;
+    fw->n_last = 0;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < fw->n_ds; i++) {
+        bool binds = false;
+        for (uint32_t j = 0; j < N_BIND; j++) binds = binds || fw->ds[i].b[j] == buf;
+        if (!binds) fw->ds[kept++] = fw->ds[i];
+    }
+    if (kept == fw->n_ds) return;
+    fw->n_ds = kept;
+    memset(fw->ds_hash, 0, fw->ds_hcap * sizeof *fw->ds_hash);
+    for (uint32_t i = 0; i < kept; i++) ds_index(fw, i);
 }
 
 /* How a session's rows of a pass attend over n_ctx positions at most (its last row's, within
@@ -784,7 +833,7 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
 void gt_vk_kv_free(gt_dev_kv *kv) {
     if (!kv) return;
     pthread_mutex_lock(&kv->vm->fwd->lock);
-    forget_recordings(kv->vm);
+    if (kv->b.buf) forget_buffer(kv->vm, kv->b.buf);
     vbuf_free(kv->vm->ctx, &kv->b, NULL);
     pthread_mutex_unlock(&kv->vm->fwd->lock);
     free(kv->rows);
@@ -845,7 +894,8 @@ static const uint32_t k_writes[P_COUNT] = {
     [P_EMBED] = WB(3), [P_QUANT] = WB(4) | WB(5), [P_MATVEC] = WB(3), [P_RMSNORM] = WB(3),
     [P_ROPE] = WB(2) | WB(3), [P_KVSTORE] = WB(6), [P_ATTN] = WB(3) | WB(5), [P_ACT] = WB(3),
     [P_MATVEC8] = WB(3), [P_ATTN_PART] = WB(3) | WB(4) | WB(5),
-    [P_MATMUL] = WB(3), [P_MATVEC2] = WB(3), [P_MATMUL16] = WB(3)};
+    [P_MATMUL] = WB(3), [P_MATVEC2] = WB(3), [P_MATMUL16] = WB(3),
+    [P_ATTN_FRESH] = WB(3) | WB(5) | WB(10), [P_ATTN_PART_FRESH] = WB(3) | WB(4) | WB(5) | WB(10)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
     for (uint32_t i = 0; i < n; i++)
@@ -909,9 +959,11 @@ static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *
 
 /* the descriptor set for these bindings (unused ones get a placeholder): cached */
 static VkDescriptorSet dset_for(gt_vk_ctx *c, gt_vk_fwd *fw, const VkBuffer bind[N_BIND]) {
-    for (uint32_t i = 0; i < fw->n_ds; i++)
-        if (memcmp(fw->ds[i].b, bind, sizeof fw->ds[i].b) == 0) return fw->ds[i].set;
-    if (fw->n_ds == fw->ds_cap) return VK_NULL_HANDLE;
+    for (uint32_t k = ds_slot(fw, bind); fw->ds_hash[k]; k = (k + 1) & (fw->ds_hcap - 1)) {
+        const dset *d = &fw->ds[fw->ds_hash[k] - 1];
+        if (memcmp(d->b, bind, sizeof d->b) == 0) return d->set;
+    }
+    if (fw->ds_used == fw->ds_cap) return VK_NULL_HANDLE;
     const VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                             .descriptorPool = fw->dpool, .descriptorSetCount = 1,
                                             .pSetLayouts = &fw->dsl};
@@ -928,7 +980,9 @@ static VkDescriptorSet dset_for(gt_vk_ctx *c, gt_vk_fwd *fw, const VkBuffer bind
     }
     c->f.UpdateDescriptorSets(c->dev, N_BIND, wr, 0, NULL);
     memcpy(fw->ds[fw->n_ds].b, bind, sizeof fw->ds[fw->n_ds].b);
-    fw->ds[fw->n_ds++].set = set;
+    fw->ds[fw->n_ds].set = set;
+    ds_index(fw, fw->n_ds++);
+    fw->ds_used++;
     return set;
 }
 
@@ -973,7 +1027,8 @@ static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
     /* the split attention's chunk counts start at 0 (its last chunk of a row sets them back) */
     bool split = false;
     for (uint32_t i = 0; i < n && !split; i++)
-        split = fw->plan[i].kind == CMD_DISPATCH && fw->plan[i].pipe == P_ATTN_PART;
+        split = fw->plan[i].kind == CMD_DISPATCH &&
+                (fw->plan[i].pipe == P_ATTN_PART || fw->plan[i].pipe == P_ATTN_PART_FRESH);
     if (split) {
         c->f.CmdFillBuffer(cb, fw->cnt.buf, 0, VK_WHOLE_SIZE, 0);
         barrier(c, cb, VK_ACCESS_TRANSFER_WRITE_BIT,
@@ -1162,8 +1217,16 @@ static void rec_kvstore(rec *r, const gt_config *cf, const grp *G, int32_t il, b
 /* a group's rows attend over the positions each sees (attn.comp; sp.n > 1: attn_part.comp's
  * chunks into the partials, each row's last merging them): the prefix's rows, the own rows, with
  * stage_pos0 (else UINT32_MAX) the pass's rows from the stage */
+/* A pass's attention with its rows' QK norm, rotary and KV store inside (ATTN_FRESH): bits of
+ * attn_body.glsl's `fresh` (1 QK norm, 2 rotary, 4 NEOX pairs), the norm vectors, the rotary
+ * table's first word in the inputs; on: passes of one row a session (fresh_of) */
+typedef struct fresh {
+    bool on;
+    uint32_t bits, q_norm, k_norm, rope_at;
+} fresh;
+
 static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint32_t window,
-                     uint32_t stage_pos0, split sp) {
+                     uint32_t stage_pos0, split sp, fresh fr) {
     const gt_dev_kv *kv = G->kv, *pk = G->prefix;
     const uint32_t k_at = (uint32_t)kv->at[il];
     const uint32_t sk_at = (uint32_t)kv->stage_at;
@@ -1173,6 +1236,9 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
         uint32_t window, n_prefix, rows, stage_pos0, stage_row0, sk_at, sv_at, pmode, pk_at,
             pv_at, prows;
         uint32_t n_split, ch, sp_stride; /* attn_part.comp's */
+        uint32_t fresh, q_norm, k_norm;  /* ATTN_FRESH's */
+        float eps;
+        uint32_t n_rot, rope_at;
     } pc = {(uint32_t)G->r0, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv,
             (uint32_t)cf->head_dim_k, (uint32_t)cf->head_dim_v, k_at,
             k_at + (uint32_t)((uint64_t)kv->rows[il] * kv->krow / 4), (uint32_t)kv->mode,
@@ -1181,12 +1247,23 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
             sk_at + (uint32_t)((uint64_t)MAX_ROWS * kv->krow / 4),
             pk ? (uint32_t)pk->mode : (uint32_t)kv->mode, pk ? (uint32_t)pk->at[il] : 0u,
             pk ? (uint32_t)(pk->at[il] + (uint64_t)pk->rows[il] * pk->krow / 4) : 0u,
-            pk ? (uint32_t)pk->rows[il] : 1u, sp.n, sp.ch, r->fw->cap_split};
+            pk ? (uint32_t)pk->rows[il] : 1u, sp.n, sp.ch, r->fw->cap_split,
+            fr.bits, fr.q_norm, fr.k_norm, cf->eps, (uint32_t)cf->n_rot, fr.rope_at};
     const uint32_t heads = (uint32_t)G->n * (uint32_t)cf->n_head;
+    if (fr.on) {
+        if (sp.n == 1) pc.ch = 0; /* unused by attn.comp (n_ctx varies by step: the plan would) */
+        const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
+                                    r->fw->att.buf, sp.n > 1 ? r->fw->cnt.buf : 0,
+                                    sp.n > 1 ? r->fw->ap.buf : r->fw->sc.buf, kv->b.buf,
+                                    r->fw->norms.buf, r->fw->k.buf, r->fw->v.buf, kv->b.buf};
+        dispatch(r, sp.n > 1 ? P_ATTN_PART_FRESH : P_ATTN_FRESH, b, &pc, sizeof pc,
+                 heads * sp.n);
+        return;
+    }
     if (sp.n > 1) {
         const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
                                     r->fw->att.buf, r->fw->cnt.buf, r->fw->ap.buf, kv->b.buf, 0};
-        dispatch(r, P_ATTN_PART, b, &pc, sizeof pc, heads * sp.n);
+        dispatch(r, P_ATTN_PART, b, &pc, 24 * sizeof(uint32_t), heads * sp.n); /* its fields */
         return;
     }
     const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
@@ -1221,6 +1298,14 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     }
     geist_status st = grow_scratch(vm, MAX_ROWS, max_ctx, err);
     if (st) return st;
+    /* one row a session (decode, batched or not), F32 / F16 caches, heads the attention's tiles
+     * hold: each row's QK norm, rotary and KV store inside the attention (ATTN_FRESH) */
+    bool fresh_pass = cf->head_dim_k <= 256 && cf->head_dim_v <= 256 && cf->head_dim_k % 2 == 0 &&
+                      cf->head_dim_v % 2 == 0 && cf->n_rot <= cf->head_dim_k &&
+                      cf->n_head % cf->n_head_kv == 0;
+    for (int32_t g = 0; g < n_groups && fresh_pass; g++)
+        fresh_pass = groups[g].n == 1 && (groups[g].kv->mode == GEIST_KV_F32 ||
+                                          groups[g].kv->mode == GEIST_KV_F16);
 
     /* the pass's inputs: per row token, pos; the rows wanting logits; the rotary cos/sin of
      * every row, computed as session/forward.c's rope_angles, for the global layers, then the
@@ -1286,13 +1371,17 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
         }
         r.role = GEIST_ROLE_QK_ROPE;
-        if (R->q_norm != NO_NORM) { /* per head, in place, before the rotary */
+        const fresh fr = {fresh_pass,
+                          (R->q_norm != NO_NORM ? 1u : 0u) |
+                              (!fuse_rope ? 2u | (cf->rope_style == GT_ROPE_NEOX ? 4u : 0u) : 0u),
+                          R->q_norm, R->k_norm, R->rope_table ? rope_at_local : rope_at};
+        if (R->q_norm != NO_NORM && !fr.on) { /* per head, in place, before the rotary */
             rec_norm(&r, fw->q.buf, fw->q.buf, N * (uint32_t)cf->n_head, hk, R->q_norm, 0, cf->eps,
                      false);
             rec_norm(&r, fw->k.buf, fw->k.buf, N * (uint32_t)cf->n_head_kv, hk, R->k_norm, 0,
                      cf->eps, false);
         }
-        if (!fuse_rope) {
+        if (!fuse_rope && !fr.on) {
             const uint32_t pc[7] = {N, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv, hk,
                                     (uint32_t)cf->n_rot, cf->rope_style == GT_ROPE_NEOX,
                                     R->rope_table ? rope_at_local : rope_at};
@@ -1308,7 +1397,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         for (int32_t g = 0; g < n_groups; g++) {
             const grp *G = &groups[g];
             staged[g] = G->n > 1 && G->kv->rows[il] < G->kv->max_seq - G->n_prefix;
-            rec_kvstore(&r, cf, G, il, staged[g]);
+            if (!fr.on) rec_kvstore(&r, cf, G, il, staged[g]);
         }
         /* decode rows in chunks of positions (split_of), each row's last chunk merging them */
         r.role = GEIST_ROLE_ATTENTION;
@@ -1321,7 +1410,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             /* after the first: each session's own rows of att, scores, partials and counts */
             r.disjoint = g > 0;
             rec_attn(&r, cf, G, il, R->window,
-                     staged[g] ? (uint32_t)rows[G->r0].pos : UINT32_MAX, sp);
+                     staged[g] ? (uint32_t)rows[G->r0].pos : UINT32_MAX, sp, fr);
         }
         r.disjoint = false;
         r.role = GEIST_ROLE_KV_STORE;
@@ -1386,7 +1475,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
                       memcmp(fw->last, fw->plan, r.n * sizeof *fw->plan) == 0;
     if (!same) {
         fw->cb_valid = false;
-        if (fw->n_ds + r.n > fw->ds_cap) { /* room for every set of this pass */
+        if (fw->ds_used + r.n > fw->ds_cap) { /* room for every set of this pass */
             forget_recordings(vm);
             if (r.n > fw->ds_cap && (st = make_dpool(vm, 2 * r.n, err))) return st;
         }

@@ -20,6 +20,17 @@
 // sp_stride + c, hv + 2 floats each); attn_merge.comp combines the chunks. Chunks past the row's
 // positions write nothing. Sums in another order than cpu_scalar's (docs/VULKAN.md "Exactness");
 // no fused multiply-adds.
+//
+// ATTN_FRESH defined (attn_fresh, attn_part_fresh: vulkan_only builds), for passes of one row a
+// session (decode), F32 or F16 caches and heads of at most 256: the row's own K and V come from
+// the products' scratch (bindings 8, 9), not from its cache: bit 0 of `fresh` normalizes the
+// row's q and k heads (the QK norm, rmsnorm.comp's steps, norm vectors at q_norm / k_norm of
+// binding 7), bit 1 rotates them (rope.comp's; bit 2 NEOX pairs; the pass inputs' cos/sin at
+// rope_at), the cache's rounding then applied (F16), and the first chunk of a KV head's first
+// query head stores the row's K and V in the cache as kvstore.comp does (no other workgroup of
+// the dispatch reads that slot: the others take the same values from the scratch). The same
+// values and bits as the norm, rope and kvstore dispatches before it, without their three
+// barriers.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer PKVb { uint PKV[]; };
 layout(std430, binding = 1) readonly buffer Inb { uint IN[]; };
@@ -33,12 +44,23 @@ layout(std430, binding = 5) coherent buffer Sb { float S[]; };
 layout(std430, binding = 4) coherent buffer Cb { uint CNT[]; };
 #endif
 layout(std430, binding = 6) readonly buffer KVb { uint KV[]; };
+#ifdef ATTN_FRESH
+layout(std430, binding = 7) readonly buffer Nb { float NW[]; };
+layout(std430, binding = 8) readonly buffer Kcb { float KC[]; };
+layout(std430, binding = 9) readonly buffer Vcb { float VC[]; };
+layout(std430, binding = 10) writeonly buffer KVWb { uint KVW[]; }; // binding 6's buffer
+#endif
 layout(push_constant) uniform P {
     uint row0, n_head, n_head_kv, hk, hv, k_at, v_at, mode, s_stride;
     float scale;
     uint window, n_prefix, rows, stage_pos0, stage_row0, sk_at, sv_at, pmode, pk_at, pv_at, prows;
-#ifdef ATTN_PART
+#if defined(ATTN_PART) || defined(ATTN_FRESH)
     uint n_split, ch, sp_stride; // chunks per (row, head) dispatched, positions per chunk, slots per (row, head)
+#endif
+#ifdef ATTN_FRESH
+    uint fresh, q_norm, k_norm;
+    float eps;
+    uint n_rot, rope_at;
 #endif
 } p;
 shared float red[64];
@@ -73,6 +95,101 @@ void sset(uint j, float v) {
 }
 #include "vexp.glsl"
 #include "attn_kv.glsl"
+#ifdef ATTN_FRESH
+#define RMS_FINISH_ONLY
+#include "rmsscale.glsl"
+#include "f16.glsl"
+uint f_pos; // the row's position
+uint f_vb;  // its V head's first float in the scratch
+// its K head as the cache holds it (normed, rotated, rounded), written by fresh_prologue
+shared float kcur[QS_MAX];
+float round_kv(float x) { return p.mode == 1u ? f16_round(x) : x; }
+// The row's q head into qs normed and rotated, its k head into kcur normed, rotated and rounded
+// (every lane calls it; qs holds Q's values): rmsnorm.comp's and rope.comp's arithmetic, the
+// values each lane needs loaded at once (a head of at most 256: 4 a lane, 2 pairs a lane).
+void fresh_prologue(uint t, uint g, uint qb, uint lid) {
+    f_pos = IN[4u * t + 1u];
+    f_vb = (t * p.n_head_kv + g) * p.hv;
+    uint kb = (t * p.n_head_kv + g) * p.hk;
+    bool normed = (p.fresh & 1u) != 0u, roped = (p.fresh & 2u) != 0u, neox = (p.fresh & 4u) != 0u;
+    uint hr = p.n_rot / 2u;
+    float qv[4], kv[4], qw[4], kw[4], cs[2], sn[2];
+    for (uint k = 0u; k < 4u; k++) {
+        uint i = min(lid + 64u * k, p.hk - 1u);
+        qv[k] = Q[qb + i];
+        kv[k] = KC[kb + i];
+        qw[k] = normed ? NW[p.q_norm + i] : 1.0;
+        kw[k] = normed ? NW[p.k_norm + i] : 1.0;
+    }
+    for (uint k = 0u; k < 2u; k++) {
+        uint j = min(lid + 64u * k, max(hr, 1u) - 1u);
+        cs[k] = roped ? uintBitsToFloat(IN[p.rope_at + t * p.n_rot + j]) : 0.0;
+        sn[k] = roped ? uintBitsToFloat(IN[p.rope_at + t * p.n_rot + hr + j]) : 0.0;
+    }
+    float qsc = 1.0, ksc = 1.0;
+    if (normed) { // rms_scale's sums: each lane its values in order
+        vec2 sq = vec2(0.0), sk = vec2(0.0);
+        for (uint k = 0u; k < 4u; k++)
+            if (lid + 64u * k < p.hk) {
+                sq = ff_add(sq, ff_sq(qv[k]));
+                sk = ff_add(sk, ff_sq(kv[k]));
+            }
+        qsc = rms_finish(sq, p.hk, p.eps, lid);
+        ksc = rms_finish(sk, p.hk, p.eps, lid);
+    }
+    for (uint k = 0u; k < 4u; k++) {
+        uint i = lid + 64u * k;
+        if (i >= p.hk) break;
+        float q = qv[k], x = kv[k];
+        if (normed) { // rmsnorm.comp's (x * scale) * w
+            precise float v = q * qsc;
+            precise float o = v * qw[k];
+            precise float vk = x * ksc;
+            precise float ok = vk * kw[k];
+            q = o;
+            x = ok;
+        }
+        qs[i] = q;
+        kcur[i] = roped && i < p.n_rot ? x : round_kv(x); // the rotated ones: rounded below
+    }
+    if (roped) {
+        barrier(); // qs, kcur written by every lane
+        for (uint k = 0u; k < 2u; k++) { // a pair a lane, read then written by it alone
+            uint j = lid + 64u * k;
+            if (j >= hr) break;
+            uint a = neox ? j : 2u * j, b = neox ? j + hr : 2u * j + 1u;
+            float c = cs[k], s = sn[k];
+            float x0 = qs[a], x1 = qs[b];
+            precise float ya = x0 * c - x1 * s, yb = x0 * s + x1 * c; // rope.comp's
+            qs[a] = ya;
+            qs[b] = yb;
+            float k0 = kcur[a], k1 = kcur[b];
+            precise float ka = k0 * c - k1 * s, kb2 = k0 * s + k1 * c;
+            kcur[a] = round_kv(ka);
+            kcur[b] = round_kv(kb2);
+        }
+    }
+    barrier(); // qs and kcur complete
+}
+// kvstore.comp's words of the row's K (kcur: already rounded, the same f16 bits) and V head g
+// at its slot, through the cache's writable binding (10; binding 6 reads it)
+void fresh_store(uint g, uint lid) {
+    Loc l = loc(f_pos);
+    uint kw = p.mode == 1u ? p.hk / 2u : p.hk, vw = p.mode == 1u ? p.hv / 2u : p.hv;
+    uint kat = l.k + l.slot * p.n_head_kv * kw + g * kw, vat = l.v + l.slot * p.n_head_kv * vw + g * vw;
+    for (uint w = lid; w < kw + vw; w += 64u) {
+        bool v = w >= kw;
+        uint i = v ? w - kw : w;
+        if (p.mode == 1u)
+            KVW[(v ? vat : kat) + i] = pack_f16x2(v ? vec2(VC[f_vb + 2u * i], VC[f_vb + 2u * i + 1u])
+                                                    : vec2(kcur[2u * i], kcur[2u * i + 1u]));
+        else
+            KVW[(v ? vat : kat) + i] = floatBitsToUint(v ? VC[f_vb + i] : kcur[i]);
+    }
+}
+// the row's own value i (K or V) as the cache holds it
+float cur_val(bool v, uint i) { return v ? round_kv(VC[f_vb + i]) : kcur[i]; }
+#endif
 #ifdef ATTN_PART
 shared uint last; // this workgroup holds the row's last chunk
 #define wsh red
@@ -115,21 +232,41 @@ void load_tile(uint q0, uint nt, bool v, uint hd, uint rs, uint g, uint lid) {
     uint rw = p.n_head_kv * wph, base = (v ? l0.v : l0.k) + g * wph;
     uint ring = l0.pre ? p.prows : (q0 >= p.stage_pos0 ? 0xFFFFFFFFu : p.rows);
     uint n = nt * wph;
+#ifdef ATTN_FRESH
+    uint cj = f_pos - q0; // the row's own position in the tile, if there (the last: < nt)
+    bool own = !l0.pre && f_pos >= q0 && cj < nt;
+#endif
     for (uint e0 = lid; e0 < n; e0 += 64u * LB) {
         uint xs[LB];
         uint at[LB];
+        uint curm = 0u; // bit u: word u is the row's own position's (ATTN_FRESH)
         for (uint u = 0u; u < LB; u++) {
             uint e = min(e0 + 64u * u, n - 1u), jj = e / wph;
             uint s = l0.slot + jj;
             s = s >= ring ? s - ring : s;
             at[u] = base + s * rw + (e - jj * wph);
+#ifdef ATTN_FRESH
+            if (own && jj == cj && e0 + 64u * u < n) curm |= 1u << u;
+#endif
         }
         if (l0.pre)
             for (uint u = 0u; u < LB; u++) xs[u] = PKV[at[u]];
         else
-            for (uint u = 0u; u < LB; u++) xs[u] = KV[at[u]];
+            for (uint u = 0u; u < LB; u++) xs[u] = (curm >> u & 1u) != 0u ? 0u : KV[at[u]];
         for (uint u = 0u; u < LB; u++) {
             uint e = e0 + 64u * u;
+#ifdef ATTN_FRESH
+            if ((curm >> u & 1u) != 0u) { // the row's own position: its values from the scratch
+                uint w = e - cj * wph;
+                if (mode == 1u) {
+                    vt[cj * rs + 2u * w] = cur_val(v, 2u * w);
+                    vt[cj * rs + 2u * w + 1u] = cur_val(v, 2u * w + 1u);
+                } else {
+                    vt[cj * rs + w] = cur_val(v, w);
+                }
+                continue;
+            }
+#endif
             if (e < n) put_word(e, xs[u], mode, wph, hd, rs);
         }
     }
@@ -204,6 +341,10 @@ void main() {
     float mx = -1.0 / 0.0;
     if (tiled) {
         for (uint i = lid; i < p.hk; i += 64u) qs[i] = Q[qb + i];
+#ifdef ATTN_FRESH
+        fresh_prologue(t, g, qb, lid);
+        if (h % (p.n_head / p.n_head_kv) == 0u && c == 0u) fresh_store(g, lid);
+#endif
         uint ntk = min(VT_FLOATS / (p.hk + 1u), 64u);
         for (uint j0 = 0u; j0 < n_ctx;) {
             uint nt = min(ntk, seg_end(first + j0, first + n_ctx) - (first + j0));

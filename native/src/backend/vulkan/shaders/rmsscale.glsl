@@ -3,7 +3,7 @@
 // gets the scale. Float-float (hi, lo) arithmetic: the sum of squares and the scale carried to
 // ~44 bits, so the float scale is the correctly rounded one, as session/forward.c's rmsnorm
 // (double) gets it. Products split exactly (exact.glsl): no trust in the driver's fma(). Needs
-// X[] and exact.glsl.
+// exact.glsl; rms_scale X[] (rms_finish: the lanes' own sums, attn_body.glsl's QK norm).
 #ifndef GEIST_RMSSCALE_GLSL
 #define GEIST_RMSSCALE_GLSL
 shared vec2 nred[64];
@@ -18,9 +18,8 @@ vec2 ff_mul(vec2 a, vec2 b) {
     return two_sum(p.x, lo);
 }
 vec2 ff_sq(float x) { return two_prod(x, x); }
-float rms_scale(uint x0, uint n, float eps, uint lid) {
-    vec2 s = vec2(0.0);
-    for (uint i = lid; i < n; i += 64u) s = ff_add(s, ff_sq(X[x0 + i]));
+// the scale from each lane's float-float sum of its squares (values lid, lid + 64, ... in order)
+float rms_finish(vec2 s, uint n, float eps, uint lid) {
     nred[lid] = s;
     barrier();
     for (uint h = 32u; h > 0u; h >>= 1) {
@@ -47,4 +46,11 @@ float rms_scale(uint x0, uint n, float eps, uint lid) {
     precise float scale = y.x + y.y;
     return scale;
 }
+#ifndef RMS_FINISH_ONLY
+float rms_scale(uint x0, uint n, float eps, uint lid) {
+    vec2 s = vec2(0.0);
+    for (uint i = lid; i < n; i += 64u) s = ff_add(s, ff_sq(X[x0 + i]));
+    return rms_finish(s, n, eps, lid);
+}
+#endif
 #endif
