@@ -48,16 +48,18 @@
  * most 8 rows (dispatch_mv8);
  * P_ATTN_PART: the split attention of decode rows (split_of below);
  * P_ATTN_FRESH, P_ATTN_PART_FRESH: attn.comp and attn_part.comp built with ATTN_FRESH, for passes
- * of one row a session (fresh_of below): the row's QK norm, rotary and KV store inside;
+ * of one row a session (run_pass's fresh_pass): the row's QK norm, rotary and KV store inside;
+ * P_QUANT_FUSED: quant.comp built with QUANT_FUSED (rec_quant_fused);
  * P_MATMUL: matmul.comp, tiles of rows x tokens for quantized weights in longer steps (32 x 32);
  * P_MATMUL16: its tiles of 16 x 16 (MR 2, MT 1), for steps of at most MM16_MAX_TOK tokens (a
  * reply's player line): more workgroups on the few rows of a small model, none of their token
  * slots idle */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
-       P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH, P_COUNT };
+       P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
+       P_QUANT_FUSED, P_COUNT };
 static const char *const k_pipe_names[P_COUNT] = {
     "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
-    "attn_part", "matmul", "matvec", "matmul", "attn_fresh", "attn_part_fresh"};
+    "attn_part", "matmul", "matvec", "matmul", "attn_fresh", "attn_part_fresh", "quant_fused"};
 
 /* The split attention (attn_part.comp), when attn_chunk > 0 (vk_device.c's choice on GPUs, or
  * the engine's; else every row runs attn.comp, cpu_scalar's order): a session's rows of a pass,
@@ -895,7 +897,8 @@ static const uint32_t k_writes[P_COUNT] = {
     [P_ROPE] = WB(2) | WB(3), [P_KVSTORE] = WB(6), [P_ATTN] = WB(3) | WB(5), [P_ACT] = WB(3),
     [P_MATVEC8] = WB(3), [P_ATTN_PART] = WB(3) | WB(4) | WB(5),
     [P_MATMUL] = WB(3), [P_MATVEC2] = WB(3), [P_MATMUL16] = WB(3),
-    [P_ATTN_FRESH] = WB(3) | WB(5) | WB(10), [P_ATTN_PART_FRESH] = WB(3) | WB(4) | WB(5) | WB(10)};
+    [P_ATTN_FRESH] = WB(3) | WB(5) | WB(10), [P_ATTN_PART_FRESH] = WB(3) | WB(4) | WB(5) | WB(10),
+    [P_QUANT_FUSED] = WB(4) | WB(5)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
     for (uint32_t i = 0; i < n; i++)
@@ -925,7 +928,7 @@ static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *
                      uint32_t groups) {
     if (r->failed || groups == 0) return;
     if (pipe != P_MATVEC && pipe != P_MATVEC8 && pipe != P_MATVEC2 && pipe != P_MATMUL &&
-        pipe != P_MATMUL16 && pipe != P_QUANT)
+        pipe != P_MATMUL16 && pipe != P_QUANT && pipe != P_QUANT_FUSED)
         r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
     const uint32_t wmask = k_writes[pipe] ? k_writes[pipe] : 0xFFu;
     bool hazard = k_writes[pipe] == 0 || r->force;
@@ -1080,6 +1083,34 @@ static void rec_quant(rec *r, VkBuffer src, uint32_t n_in, uint32_t n_tok, int f
     dispatch(r, P_QUANT, b, pc, sizeof pc, fmt ? pc[1] : (pc[1] + 7) / 8);
     r->aq_src = src;
     r->aq_fmt = fmt;
+}
+
+/* The 8-bit rows (format fmt) of n_tok rows of n_in values made by quant_fused from what their
+ * floats would be, those floats not written (a dispatch and a barrier fewer): mode 1, x's RMSNorm
+ * (the norm vector at norm_at), mode 2, act(gate x) * up u (act.comp's; gelu). The scratch then
+ * holds the 8-bit rows of `as` (the floats' buffer), for products that read only those:
+ * fused_fmt's. */
+enum { QF_NORM = 1, QF_ACT = 2 };
+static void rec_quant_fused(rec *r, VkBuffer x, VkBuffer u, VkBuffer as, uint32_t n_in,
+                            uint32_t n_tok, int fmt, uint32_t mode, uint32_t norm_at, float eps,
+                            uint32_t gelu) {
+    struct { uint32_t n_in, n_blocks, fmt, mode, norm_at; float eps; uint32_t gelu; } pc = {
+        n_in, n_tok * n_in / (fmt ? 256 : 32), (uint32_t)fmt, mode, norm_at, eps, gelu};
+    const VkBuffer b[N_BIND] = {0, 0, x, mode == QF_ACT ? u : 0, r->fw->aq.buf, r->fw->ad.buf, 0,
+                                mode == QF_NORM ? r->fw->norms.buf : 0};
+    dispatch(r, P_QUANT_FUSED, b, &pc, sizeof pc, fmt ? pc.n_blocks : (pc.n_blocks + 7) / 8);
+    r->aq_src = as;
+    r->aq_fmt = fmt;
+}
+
+/* The activation format every one of these products (NULL: none) takes, when they all take the
+ * same and rows of n_in values fit quant_fused (at least 256, whole blocks); else -1 */
+static int fused_fmt(uint32_t n_in, const wref *a, const wref *b, const wref *c) {
+    const int f = act_fmt(a->type);
+    if (f < 0 || n_in < 256 || n_in % (f ? 256u : 32u) || (b && act_fmt(b->type) != f) ||
+        (c && act_fmt(c->type) != f))
+        return -1;
+    return f;
 }
 
 /* y (ldy = n_out) (+)= W x for n_tok rows; x's 8-bit rows are made first when a quantized W
@@ -1365,7 +1396,12 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             rec_mv_fused(&r, &w[W_K], fw->x.buf, fw->k.buf, N, rb, R->attn_norm, hk, nrot);
             rec_mv_fused(&r, &w[W_V], fw->x.buf, fw->v.buf, N, MV_NORM, R->attn_norm, 0, 0);
         } else {
-            rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->attn_norm, 0, cf->eps, false);
+            const int qf = fused_fmt(d, &w[W_Q], &w[W_K], &w[W_V]);
+            if (qf >= 0) /* the norm straight into Q, K and V's 8-bit rows */
+                rec_quant_fused(&r, fw->x.buf, 0, fw->xn.buf, d, N, qf, QF_NORM, R->attn_norm,
+                                cf->eps, 0);
+            else
+                rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->attn_norm, 0, cf->eps, false);
             rec_matvec(&r, &w[W_Q], fw->xn.buf, fw->q.buf, N, false);
             rec_matvec(&r, &w[W_K], fw->xn.buf, fw->k.buf, N, false);
             rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
@@ -1441,11 +1477,20 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
                 rec_residual(&r, wdn, fw->up.buf, N, R->post_ffn, cf->eps);
             continue;
         }
-        rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);
+        const int gf = fused_fmt(d, &w[W_GATE], &w[W_UP], NULL);
+        if (gf >= 0) /* the norm straight into gate and up's 8-bit rows */
+            rec_quant_fused(&r, fw->x.buf, 0, fw->xn.buf, d, N, gf, QF_NORM, R->ffn_norm, cf->eps,
+                            0);
+        else
+            rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);
         rec_matvec(&r, &w[W_GATE], fw->xn.buf, fw->gate.buf, N, false);
         rec_matvec(&r, &w[W_UP], fw->xn.buf, fw->up.buf, N, false);
         r.role = GEIST_ROLE_FFN_ACT;
-        {
+        const int df = fused_fmt(nff, &w[W_DOWN], NULL, NULL);
+        if (df >= 0) { /* the activation straight into down's 8-bit rows */
+            rec_quant_fused(&r, fw->gate.buf, fw->up.buf, fw->gate.buf, nff, N, df, QF_ACT, 0, 0.0f,
+                            cf->act == GT_ACT_GELU_TANH);
+        } else {
             const uint32_t pc[3] = {N * nff, cf->act == GT_ACT_GELU_TANH, 0 /* pair */};
             const VkBuffer b[N_BIND] = {0, 0, fw->up.buf, fw->gate.buf, 0, 0, 0, 0};
             dispatch(&r, P_ACT, b, pc, sizeof pc, (N * nff + 63) / 64);
