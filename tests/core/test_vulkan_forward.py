@@ -576,6 +576,32 @@ def test_integer_dot_products_in_batched_decode(vk_idot: geist.Engine) -> None:
     assert all(len(x) == 10 for x in ids["cpu"])
 
 
+# decode steps of several sessions: each row's QK norm and rotary (NEOX pairs: gemma3, qwen3;
+# adjacent pairs: llama, whose one-session steps rotate inside the products) and KV store inside
+# the attention (attn_fresh), the norms and the activation straight into 8-bit rows
+# (quant_fused); exact attention, so cpu_scalar's greedy ids session by session, on rings too
+@pytest.mark.parametrize(("family", "weight_type"),
+                         [("gemma3", "Q8_0"), ("qwen3", "Q8_0"), ("llama", "Q4_1")])
+def test_batched_decode_fused_steps_match_cpu_scalar(family: str, weight_type: str,
+                                                     vk: geist.Engine) -> None:
+    path = testing.family_fixture_path(family, weight_type)
+    prompts = [[int(v) for v in np.random.default_rng(60 + i).integers(1, 300, 2 + 2 * i)]
+               for i in range(4)]
+    ids = {}
+    for name, eng in (("cpu", geist.Engine(backend="cpu_scalar")), ("vk", vk)):
+        with geist.Model.load(path, engine=eng) as m:
+            sessions = [m.session(max_seq_len=40) for _ in prompts]
+            handles = [s.submit(p, max_tokens=14, temperature=0.0)
+                       for s, p in zip(sessions, prompts, strict=True)]
+            ids[name] = [h.result().ids for h in handles]
+            for s in sessions:
+                s.close()
+        if name == "cpu":
+            eng.close()
+    assert ids["vk"] == ids["cpu"]
+    assert sum(len(x) for x in ids["cpu"]) >= 24  # (a fixture may end a line early: its EOS)
+
+
 def test_contradicting_int_dot_flags_are_refused() -> None:
     from geist._binding import ffi, last_error, lib
 
