@@ -530,6 +530,12 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         if (st) return st;
         memcpy(fw->norms.map, fw->norms_host, fw->n_norm * sizeof(float));
     }
+    const VkPhysicalDeviceLimits *dl = &c->props.limits;
+    if (dl->maxPerStageDescriptorStorageBuffers < N_BIND ||
+        dl->maxDescriptorSetStorageBuffers < N_BIND)
+        return gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: %s binds at most %u storage buffers "
+                       "a shader stage; geist's kernels take %u", c->props.deviceName,
+                       (unsigned)dl->maxPerStageDescriptorStorageBuffers, (unsigned)N_BIND);
     VkDescriptorSetLayoutBinding b[N_BIND];
     for (uint32_t i = 0; i < N_BIND; i++)
         b[i] = (VkDescriptorSetLayoutBinding){.binding = i,
@@ -1250,7 +1256,7 @@ static void rec_kvstore(rec *r, const gt_config *cf, const grp *G, int32_t il, b
  * stage_pos0 (else UINT32_MAX) the pass's rows from the stage */
 /* A pass's attention with its rows' QK norm, rotary and KV store inside (ATTN_FRESH): bits of
  * attn_body.glsl's `fresh` (1 QK norm, 2 rotary, 4 NEOX pairs), the norm vectors, the rotary
- * table's first word in the inputs; on: passes of one row a session (fresh_of) */
+ * table's first word in the inputs; on: passes of one row a session (run_pass's fresh_pass) */
 typedef struct fresh {
     bool on;
     uint32_t bits, q_norm, k_norm, rope_at;
