@@ -126,7 +126,8 @@ if [ -n "$PREBUILT" ]; then
 fi
 
 # --- the scripts, and what this kit was made from
-cp "$HERE/device.sh" "$HERE/bench.py" "$HERE/standin.py" "$HERE/README.md" "$DEST/"
+cp "$HERE/device.sh" "$HERE/bench.py" "$HERE/standin.py" "$HERE/ab.py" "$HERE/reply.py" "$HERE/README.md" \
+    "$DEST/"
 {
     echo "packed: $(date -u +%FT%TZ) on $(hostname)"
     echo "geist: $(git -C "$REPO" rev-parse HEAD)$(git -C "$REPO" diff --quiet HEAD -- native python || echo ' (+ local changes)')"
