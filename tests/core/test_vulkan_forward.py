@@ -555,23 +555,31 @@ def test_integer_dot_products_match_cpu_scalar_bit_for_bit(family: str, weight_t
     assert np.array_equal(ref, got), max(_rel(a, b) for a, b in zip(ref, got, strict=True))
 
 
+def _batched_ids(path: Path, eng: geist.Engine | None, prompts: list[list[int]],
+                 max_tokens: int) -> list[list[int]]:
+    """Greedy ids of one session per prompt, submitted together (the runtime batches their
+    steps); eng None: a cpu_scalar engine of its own."""
+    own = geist.Engine(backend="cpu_scalar") if eng is None else None
+    with geist.Model.load(path, engine=own or eng) as m:
+        sessions = [m.session(max_seq_len=40) for _ in prompts]
+        handles = [s.submit(p, max_tokens=max_tokens, temperature=0.0)
+                   for s, p in zip(sessions, prompts, strict=True)]
+        ids = [h.result().ids for h in handles]
+        for s in sessions:
+            s.close()
+    if own:
+        own.close()
+    return ids
+
+
 def test_integer_dot_products_in_batched_decode(vk_idot: geist.Engine) -> None:
     # 8 sessions a step: matvec_idot's multi-token rows (Q4_K: super-blocks of 256), against
     # cpu_scalar's greedy ids session by session
     path = testing.fixture_path("llama", "Q4_K")
     prompts = [[int(v) for v in np.random.default_rng(40 + i).integers(1, 300, 3 + i)]
                for i in range(8)]
-    ids = {}
-    for name, eng in (("cpu", geist.Engine(backend="cpu_scalar")), ("vk", vk_idot)):
-        with geist.Model.load(path, engine=eng) as m:
-            sessions = [m.session(max_seq_len=40) for _ in prompts]
-            handles = [s.submit(p, max_tokens=10, temperature=0.0)
-                       for s, p in zip(sessions, prompts, strict=True)]
-            ids[name] = [h.result().ids for h in handles]
-            for s in sessions:
-                s.close()
-        if name == "cpu":
-            eng.close()
+    ids = {name: _batched_ids(path, eng, prompts, 10)
+           for name, eng in (("cpu", None), ("vk", vk_idot))}
     assert ids["vk"] == ids["cpu"]
     assert all(len(x) == 10 for x in ids["cpu"])
 
@@ -587,17 +595,8 @@ def test_batched_decode_fused_steps_match_cpu_scalar(family: str, weight_type: s
     path = testing.family_fixture_path(family, weight_type)
     prompts = [[int(v) for v in np.random.default_rng(60 + i).integers(1, 300, 2 + 2 * i)]
                for i in range(4)]
-    ids = {}
-    for name, eng in (("cpu", geist.Engine(backend="cpu_scalar")), ("vk", vk)):
-        with geist.Model.load(path, engine=eng) as m:
-            sessions = [m.session(max_seq_len=40) for _ in prompts]
-            handles = [s.submit(p, max_tokens=14, temperature=0.0)
-                       for s, p in zip(sessions, prompts, strict=True)]
-            ids[name] = [h.result().ids for h in handles]
-            for s in sessions:
-                s.close()
-        if name == "cpu":
-            eng.close()
+    ids = {name: _batched_ids(path, eng, prompts, 14)
+           for name, eng in (("cpu", None), ("vk", vk))}
     assert ids["vk"] == ids["cpu"]
     assert sum(len(x) for x in ids["cpu"]) >= 24  # (a fixture may end a line early: its EOS)
 
