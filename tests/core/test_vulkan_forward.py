@@ -601,6 +601,27 @@ def test_batched_decode_fused_steps_match_cpu_scalar(family: str, weight_type: s
     assert sum(len(x) for x in ids["cpu"]) >= 24  # (a fixture may end a line early: its EOS)
 
 
+# The decode rows' attention writes its heads as the O product's 8-bit rows too (attn_body.glsl's
+# qout): the fixtures above take blocks of 32 (heads of 64 and 128); heads of 256 with K-quant
+# weights take one block of 256 a head (Gemma 3's geometry). Unsplit: cpu_scalar's logits bit for
+# bit, one session, and its greedy ids for 4 sessions stepping together; split (each head
+# quantized by its merging workgroup): the same ids and SPLIT_RTOL, as the split tests above.
+def test_attention_heads_of_256_as_8_bit_rows_match_cpu_scalar(
+        vk: geist.Engine, vk_split: geist.Engine) -> None:
+    path = testing.family_fixture_path("gemma3", "Q4_K", head_dim=256)
+    ref_ids, ref = _teacher_forced(path, "cpu_scalar", PROMPT, None, 16, "f16")
+    _, got = _teacher_forced(path, "vulkan", PROMPT, ref_ids, 16, "f16", vk)
+    assert np.array_equal(ref, got), max(_rel(a, b) for a, b in zip(ref, got, strict=True))
+    _, split = _teacher_forced(path, "vulkan", PROMPT, ref_ids, 16, "f16", vk_split)
+    assert [int(np.argmax(r)) for r in split[len(PROMPT) - 1:-1]] == ref_ids
+    assert max(_rel(a, b) for a, b in zip(ref, split, strict=True)) < SPLIT_RTOL
+    prompts = [[int(v) for v in np.random.default_rng(80 + i).integers(1, 300, 2 + 2 * i)]
+               for i in range(4)]
+    ids = {name: _batched_ids(path, eng, prompts, 10) for name, eng in (("cpu", None), ("vk", vk))}
+    assert ids["vk"] == ids["cpu"]
+    assert sum(len(x) for x in ids["cpu"]) >= 16  # (a fixture may end a line early: its EOS)
+
+
 def test_contradicting_int_dot_flags_are_refused() -> None:
     from geist._binding import ffi, last_error, lib
 

@@ -32,7 +32,7 @@
 #include "../../util/ggml_types.h"
 
 #define MAX_ROWS 64 /* rows per pass: bounds the scratch */
-#define N_BIND 11   /* storage buffer bindings of the one descriptor set layout */
+#define N_BIND 13   /* storage buffer bindings of the one descriptor set layout */
 #define MAX_GROUPS_X 65535u
 /* matmul.comp's tile (its TM, TN), its shared memory in bytes (its shared arrays' sizes) and the
  * steps that take it: more rows than matvec.comp serves in one pass over a weight row */
@@ -699,7 +699,9 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     if (rows < fw->cap_rows) rows = fw->cap_rows;
     /* the attention scores grow with the context: by doubling (at least 256 positions), not a
      * position at a time (each growth reallocates the scratch and drops the recordings) */
+    const int32_t asked = ctx;
     if (ctx > fw->cap_ctx && ctx < 2 * fw->cap_ctx) ctx = 2 * fw->cap_ctx;
+    if (asked <= (int32_t)SPLIT_SH && ctx > (int32_t)SPLIT_SH) ctx = (int32_t)SPLIT_SH; /* sc: 16 B */
     if (ctx < 256) ctx = 256;
     if (ctx < fw->cap_ctx) ctx = fw->cap_ctx;
     gt_vk_ctx *c = vm->ctx;
@@ -735,7 +737,8 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
         {&fw->gate, 2 * R * nff * F, VB_DEVICE}, /* [gate | up] rows when one product makes both */
         {&fw->up, R * nff * F, VB_DEVICE},
         {&fw->aq, R * wide, VB_DEVICE},     {&fw->ad, R * (wide / 32 + 1) * F, VB_DEVICE},
-        {&fw->sc, R * (uint64_t)cf->n_head * (uint64_t)ctx * F, VB_DEVICE},
+        /* the scores of rows over more positions than attn.comp's shared memory holds */
+        {&fw->sc, ctx > (int32_t)SPLIT_SH ? R * (uint64_t)cf->n_head * (uint64_t)ctx * F : 16, VB_DEVICE},
         {&fw->in, (R * 5 + 2 * R * (uint64_t)cf->n_rot) * 4, VB_UPLOAD}, /* two rotary tables */
         {&fw->lg, R * (uint64_t)cf->n_vocab * F, VB_DEVICE},
         {&fw->lgh, R * (uint64_t)cf->n_vocab * F, VB_READBACK},
@@ -775,8 +778,13 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
             return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "vulkan: layer %d of a KV descriptor "
                            "holds %d rows", (int)il, (int)d->rows[il]);
     const gt_config *c = &vm->model->cfg;
+    /* the pipelines, and the scratch for the session's positions (up to attn.comp's shared
+     * scores; longer contexts grow it by doubling when they come): at its creation, not in
+     * its first prefill (a growth frees the scratch and drops every recording and set) */
     pthread_mutex_lock(&vm->fwd->lock);
     geist_status st = make_pipelines(vm, err);
+    if (!st) st = grow_scratch(vm, MAX_ROWS, d->max_seq_len < (int32_t)SPLIT_SH ? d->max_seq_len
+                                                                              : (int32_t)SPLIT_SH, err);
     pthread_mutex_unlock(&vm->fwd->lock);
     if (st) return st;
     gt_dev_kv *kv = calloc(1, sizeof *kv);
@@ -903,7 +911,8 @@ static const uint32_t k_writes[P_COUNT] = {
     [P_ROPE] = WB(2) | WB(3), [P_KVSTORE] = WB(6), [P_ATTN] = WB(3) | WB(5), [P_ACT] = WB(3),
     [P_MATVEC8] = WB(3), [P_ATTN_PART] = WB(3) | WB(4) | WB(5),
     [P_MATMUL] = WB(3), [P_MATVEC2] = WB(3), [P_MATMUL16] = WB(3),
-    [P_ATTN_FRESH] = WB(3) | WB(5) | WB(10), [P_ATTN_PART_FRESH] = WB(3) | WB(4) | WB(5) | WB(10),
+    [P_ATTN_FRESH] = WB(3) | WB(5) | WB(10) | WB(11) | WB(12),
+    [P_ATTN_PART_FRESH] = WB(3) | WB(4) | WB(5) | WB(10) | WB(11) | WB(12),
     [P_QUANT_FUSED] = WB(4) | WB(5)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
@@ -1256,11 +1265,19 @@ static void rec_kvstore(rec *r, const gt_config *cf, const grp *G, int32_t il, b
  * stage_pos0 (else UINT32_MAX) the pass's rows from the stage */
 /* A pass's attention with its rows' QK norm, rotary and KV store inside (ATTN_FRESH): bits of
  * attn_body.glsl's `fresh` (1 QK norm, 2 rotary, 4 NEOX pairs), the norm vectors, the rotary
- * table's first word in the inputs; on: passes of one row a session (run_pass's fresh_pass) */
+ * table's first word in the inputs; on: passes of one row a session (run_pass's fresh_pass).
+ * qout: the output also as the O product's 8-bit rows (1 + act_fmt; 0 none: qout_of) */
 typedef struct fresh {
     bool on;
-    uint32_t bits, q_norm, k_norm, rope_at;
+    uint32_t bits, q_norm, k_norm, rope_at, qout;
 } fresh;
+
+/* attn_body.glsl's qout for an O product of weight type `type`: its activation format + 1 when
+ * each head of hv values is whole blocks of it (a workgroup quantizes its own head), else 0 */
+static uint32_t qout_of(uint32_t type, uint32_t hv) {
+    const int f = act_fmt(type);
+    return f >= 0 && hv <= 256 && hv % (f ? 256u : 32u) == 0 ? (uint32_t)f + 1u : 0u;
+}
 
 static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint32_t window,
                      uint32_t stage_pos0, split sp, fresh fr) {
@@ -1275,7 +1292,7 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
         uint32_t n_split, ch, sp_stride; /* attn_part.comp's */
         uint32_t fresh, q_norm, k_norm;  /* ATTN_FRESH's */
         float eps;
-        uint32_t n_rot, rope_at;
+        uint32_t n_rot, rope_at, qout;
     } pc = {(uint32_t)G->r0, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv,
             (uint32_t)cf->head_dim_k, (uint32_t)cf->head_dim_v, k_at,
             k_at + (uint32_t)((uint64_t)kv->rows[il] * kv->krow / 4), (uint32_t)kv->mode,
@@ -1285,14 +1302,15 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
             pk ? (uint32_t)pk->mode : (uint32_t)kv->mode, pk ? (uint32_t)pk->at[il] : 0u,
             pk ? (uint32_t)(pk->at[il] + (uint64_t)pk->rows[il] * pk->krow / 4) : 0u,
             pk ? (uint32_t)pk->rows[il] : 1u, sp.n, sp.ch, r->fw->cap_split,
-            fr.bits, fr.q_norm, fr.k_norm, cf->eps, (uint32_t)cf->n_rot, fr.rope_at};
+            fr.bits, fr.q_norm, fr.k_norm, cf->eps, (uint32_t)cf->n_rot, fr.rope_at, fr.qout};
     const uint32_t heads = (uint32_t)G->n * (uint32_t)cf->n_head;
     if (fr.on) {
         if (sp.n == 1) pc.ch = 0; /* unused by attn.comp (n_ctx varies by step: the plan would) */
         const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
                                     r->fw->att.buf, sp.n > 1 ? r->fw->cnt.buf : 0,
                                     sp.n > 1 ? r->fw->ap.buf : r->fw->sc.buf, kv->b.buf,
-                                    r->fw->norms.buf, r->fw->k.buf, r->fw->v.buf, kv->b.buf};
+                                    r->fw->norms.buf, r->fw->k.buf, r->fw->v.buf, kv->b.buf,
+                                    fr.qout ? r->fw->aq.buf : 0, fr.qout ? r->fw->ad.buf : 0};
         dispatch(r, sp.n > 1 ? P_ATTN_PART_FRESH : P_ATTN_FRESH, b, &pc, sizeof pc,
                  heads * sp.n);
         return;
@@ -1416,7 +1434,8 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         const fresh fr = {fresh_pass,
                           (R->q_norm != NO_NORM ? 1u : 0u) |
                               (!fuse_rope ? 2u | (cf->rope_style == GT_ROPE_NEOX ? 4u : 0u) : 0u),
-                          R->q_norm, R->k_norm, R->rope_table ? rope_at_local : rope_at};
+                          R->q_norm, R->k_norm, R->rope_table ? rope_at_local : rope_at,
+                          fresh_pass ? qout_of(w[W_O].type, (uint32_t)cf->head_dim_v) : 0u};
         if (R->q_norm != NO_NORM && !fr.on) { /* per head, in place, before the rotary */
             rec_norm(&r, fw->q.buf, fw->q.buf, N * (uint32_t)cf->n_head, hk, R->q_norm, 0, cf->eps,
                      false);
@@ -1458,6 +1477,10 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         r.role = GEIST_ROLE_KV_STORE;
         for (int32_t g = 0; g < n_groups; g++)
             if (staged[g]) rec_kvstore(&r, cf, &groups[g], il, false);
+        if (fr.qout) { /* every row's heads as O's 8-bit rows (after the dispatches above) */
+            r.aq_src = fw->att.buf;
+            r.aq_fmt = (int)fr.qout - 1;
+        }
         r.role = GEIST_ROLE_ATTN_OUT;
         rec_residual(&r, &w[W_O], fw->att.buf, N, R->post_attn, cf->eps);
         r.role = GEIST_ROLE_FFN_UP;

@@ -30,7 +30,10 @@
 // query head stores the row's K and V in the cache as kvstore.comp does (no other workgroup of
 // the dispatch reads that slot: the others take the same values from the scratch). The same
 // values and bits as the norm, rope and kvstore dispatches before it, without their three
-// barriers.
+// barriers. With qout (1: blocks of 32, 2: of 256; heads of whole blocks), the row's output
+// heads also go straight into the 8-bit rows O's product takes (quant.comp's words and scales of
+// these floats, actq.glsl's arithmetic: the same bits), each head by the workgroup that makes it
+// (the merging one when split): quant.comp's dispatch and barrier before O are gone.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer PKVb { uint PKV[]; };
 layout(std430, binding = 1) readonly buffer Inb { uint IN[]; };
@@ -49,6 +52,8 @@ layout(std430, binding = 7) readonly buffer Nb { float NW[]; };
 layout(std430, binding = 8) readonly buffer Kcb { float KC[]; };
 layout(std430, binding = 9) readonly buffer Vcb { float VC[]; };
 layout(std430, binding = 10) writeonly buffer KVWb { uint KVW[]; }; // binding 6's buffer
+layout(std430, binding = 11) writeonly buffer AQb { uint AQ[]; };    // qout: the 8-bit rows
+layout(std430, binding = 12) writeonly buffer ADb { float AD[]; };   // and their block scales
 #endif
 layout(push_constant) uniform P {
     uint row0, n_head, n_head_kv, hk, hv, k_at, v_at, mode, s_stride;
@@ -60,7 +65,7 @@ layout(push_constant) uniform P {
 #ifdef ATTN_FRESH
     uint fresh, q_norm, k_norm;
     float eps;
-    uint n_rot, rope_at;
+    uint n_rot, rope_at, qout;
 #endif
 } p;
 shared float red[64];
@@ -189,13 +194,30 @@ void fresh_store(uint g, uint lid) {
 }
 // the row's own value i (K or V) as the cache holds it
 float cur_val(bool v, uint i) { return v ? round_kv(VC[f_vb + i]) : kcur[i]; }
+// qout: the head's output values, kept in qs (the query's, read by no lane after the scores)
+// and quantized from there into the words and scales of head h of row t
+uint q_w0, q_b0;
+float act_x(uint i) { return qs[i]; }
+void aq_put(uint w, uint word) { AQ[q_w0 + w] = word; }
+void ad_put(uint b, float d) { AD[q_b0 + b] = d; }
+#include "actq.glsl"
+#define QOUT(i, v) qs[i] = (v)
+void quant_out(uint t, uint h, uint lid) { // every lane of the workgroup (barriers)
+    barrier(); // qs holds the whole head
+    uint rh = t * p.n_head + h;
+    q_w0 = rh * (p.hv / 4u);
+    q_b0 = rh * (p.hv / (p.qout == 2u ? 256u : 32u));
+    actq_round(0u, 0u, p.hv / 4u, lid, p.qout == 2u);
+}
+#else
+#define QOUT(i, v)
 #endif
 #ifdef ATTN_PART
 shared uint last; // this workgroup holds the row's last chunk
 #define wsh red
 uint out_at;
 #define MERGE_PT(i) S[i]
-#define MERGE_OUT(i, v) O[out_at + (i)] = (v)
+#define MERGE_OUT(i, v) { O[out_at + (i)] = (v); QOUT(i, v); }
 #include "attn_merge.glsl"
 #endif
 // the end of the segment position q lies in (the prefix, the own cache, the stage), at most qmax
@@ -417,7 +439,7 @@ void main() {
 #define OUT(i, v) S[slot + 2u + (i)] = (v)
 #else
     float inv = fdiv_rn(1.0, tot);
-#define OUT(i, v) O[(t * p.n_head + h) * p.hv + (i)] = (v)
+#define OUT(i, v) { O[(t * p.n_head + h) * p.hv + (i)] = (v); QOUT(i, v); }
 #endif
     if (tiled) {
         // the sum of w V over tiles: each lane adds its values' products in position order, the
@@ -484,6 +506,9 @@ void main() {
         }
         OUT(i, o);
     }
+#if defined(ATTN_FRESH) && !defined(ATTN_PART)
+    if (p.qout != 0u) quant_out(t, h, lid);
+#endif
 #ifdef ATTN_PART
     // The row's last chunk to finish merges them all (attn_merge.glsl: attn_merge.comp's
     // steps), so the merge takes no dispatch and barrier of its own: each chunk's partials made
@@ -497,5 +522,8 @@ void main() {
     out_at = (t * p.n_head + h) * p.hv;
     attn_merge((t * p.n_head + h) * p.sp_stride, rnc, p.hv, lid);
     if (lid == 0u) CNT[t * p.n_head + h] = 0u; // for the next layer's and step's chunks
+#ifdef ATTN_FRESH
+    if (p.qout != 0u) quant_out(t, h, lid);
+#endif
 #endif
 }
