@@ -172,10 +172,6 @@ void main() {
     nw0 = p.type >> 8;
     bool roped = selfq && (p.accumulate & 8u) != 0u;
     bool kq = wtype == T_Q4_K || wtype == T_Q6_K;
-    // ROWS8 2: the lane's first block loaded before the in-product norm and 8-bit rows (their
-    // barriers), so its latency passes while they are made, not after
-    Blk first;
-    if (ROWS8 == 2u && valid && lane < nb) first = block_w(row, lane);
     for (uint t0 = 0u; t0 < p.n_tok; t0 += NT) {
         uint nt = min(NT, p.n_tok - t0);
         chunk0 = t0;
@@ -202,9 +198,7 @@ void main() {
             for (uint b0 = 0u; b0 < nb; b0 += 32u) {
                 uint b = b0 + lane;
                 if (valid && b < nb) {
-                    Blk kb;
-                    if (t0 == 0u && b0 == 0u) kb = first;
-                    else kb = block_w(row, b);
+                    Blk kb = block_w(row, b);
                     for (uint k = 0u; k < nt; k++) {
                         pb[slot][k][lane] = block_pr(kb, t0 + k, b, nb);
                     }
