@@ -42,6 +42,7 @@ import pytest
 import geist
 from geist import testing
 from geist.errors import GeistError
+from geist.runtime import RuntimeOptions
 
 _ICDS = [Path("/usr/share/vulkan/icd.d") / n for n in ("lvp_icd.json", "lvp_icd.x86_64.json")]
 # GEIST_TEST_VULKAN_ICD (a test-harness variable, not geist's: the core reads no environment)
@@ -530,6 +531,75 @@ def test_prefill_tiles_match_cpu_scalar_bit_for_bit(family: str, weight_type: st
     ref = _prefill_rows(path, "cpu_scalar", None)
     got = _prefill_rows(path, "vulkan", vk)
     assert np.array_equal(ref, got), max(_rel(a, b) for a, b in zip(ref, got, strict=True))
+
+
+# Passes of up to 512 rows (vk_forward.c's pass_take): a prompt of more than 64 tokens is one
+# pass, the rows wanting logits go 64 a pass, and rows that need per-row scratch sized for 64
+# rows stay among a pass's first 64: a ring's rows past its size (staged: gemma3's rings of 8),
+# the rows the split attention may take. The pass counts show where the cuts fell; the logits
+# are cpu_scalar's bit for bit either way.
+LONG = [int(v) for v in np.random.default_rng(11).integers(1, 300, 150)]
+
+
+def _long_rows(path: Path, backend: str, vk: geist.Engine | None) -> tuple[np.ndarray, int]:
+    eng, own = _engine(backend, vk)
+    with geist.Model.load(path, engine=eng) as m:
+        before = m.device_stats()["passes"] if backend == "vulkan" else 0
+        s = m.session(max_seq_len=256, kv_mode="f16")
+        s.prefill(LONG)  # only the last row's logits
+        rows = [s.logits().copy()]
+        rows += list(s.eval(LONG[:100]))  # every row's
+        for t in LONG[:3]:
+            s.step(t)
+            rows.append(s.logits())
+        s.close()
+        passes = m.device_stats()["passes"] - before if backend == "vulkan" else 0
+    if own:
+        eng.close()
+    return np.stack(rows), passes
+
+
+# (passes: 150 rows in one, 100 rows wanting logits in 64 + 36, 3 steps; gemma3's prompt wraps
+# its rings of 8, so its rows are staged and cut at 64: 64 + 64 + 22)
+@pytest.mark.parametrize(("family", "weight_type", "passes"),
+                         [("llama", "Q4_K", 1 + 2 + 3), ("llama", "Q8_0", 1 + 2 + 3),
+                          ("gemma3", "Q8_0", 3 + 2 + 3)])
+def test_wide_passes_match_cpu_scalar_bit_for_bit(family: str, weight_type: str, passes: int,
+                                                  vk: geist.Engine) -> None:
+    path = testing.family_fixture_path(family, weight_type)
+    ref, _ = _long_rows(path, "cpu_scalar", None)
+    got, n_pass = _long_rows(path, "vulkan", vk)
+    assert n_pass == passes
+    assert np.array_equal(ref, got), max(_rel(a, b) for a, b in zip(ref, got, strict=True))
+
+
+def test_wide_steps_beside_split_decode_rows_match_each_alone() -> None:
+    """A step of a 150-token prompt beside short prompts and decode rows whose attention splits
+    (chunks of SPLIT): the runtime hands the device steps of up to 256 prompt tokens, and the
+    split rows, which use the partials sized for a pass's first 64 rows, start new passes where
+    they would fall past them. Every session's greedy ids equal its run alone."""
+    path = testing.fixture_path("llama", "Q4_1")
+    prompts = [LONG] + [[int(v) for v in np.random.default_rng(20 + i).integers(1, 300, 3 + i)]
+                        for i in range(7)]
+    eng = geist.Engine(backend="vulkan", attn_chunk=SPLIT)
+    eng.configure_runtime(RuntimeOptions(prefill_chunk=256, max_batch=512))
+    with geist.Model.load(path, engine=eng) as m:
+        alone = []
+        for p in prompts:
+            with m.session(max_seq_len=200) as s:
+                alone.append(s.submit(p, max_tokens=10, temperature=0.0).result().ids)
+        before = m.device_stats()
+        sessions = [m.session(max_seq_len=200) for _ in prompts]
+        handles = [s.submit(p, max_tokens=10, temperature=0.0)
+                   for s, p in zip(sessions, prompts, strict=True)]
+        together = [h.result().ids for h in handles]
+        for s in sessions:
+            s.close()
+        after = m.device_stats()
+    eng.close()
+    assert together == alone
+    assert all(len(ids) > 0 for ids in alone)
+    assert after["rows"] - before["rows"] > 150
 
 
 @pytest.fixture

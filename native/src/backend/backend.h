@@ -143,6 +143,9 @@ typedef struct gt_device_ops {
     geist_status (*forward)(void *dm, const gt_dev_row *rows, int32_t n, gt_err *err);
     /* Optional (NULL: no counters): the forward pass's counters since the model's load. */
     void (*stats)(void *dm, gt_dev_stats *out);
+    /* The rows one forward call takes to best effect (its rows per pass): a prompt's chunk in
+     * session/forward.c's gt_forward; 0: the host's chunk. */
+    int32_t step_rows;
 } gt_device_ops;
 
 typedef struct gt_backend {

@@ -623,18 +623,25 @@ geist_status gt_forward_batch(const geist_model *m, const gt_batch_row *rows, in
     return GEIST_OK;
 }
 
-#define GT_CHUNK 64 /* tokens per pass for one session's prefill: bounds scratch */
+#define GT_CHUNK 64 /* tokens per step of one session's prefill on the host: bounds scratch */
 
 geist_status gt_forward(geist_session *s, const int32_t *ids, int32_t n, float *all_logits,
                         gt_err *err) {
     const geist_model *m = s->model;
     const size_t nv = (size_t)m->cfg.n_vocab;
+    /* a device takes its own rows per pass at once (a prompt in one command buffer) */
+    const gt_device_ops *dev = m->backend->device;
+    const int32_t chunk = dev && dev->step_rows > GT_CHUNK ? dev->step_rows : GT_CHUNK;
     gt_fwd_scratch *sc = gt_fwd_scratch_create();
-    gt_batch_row rows[GT_CHUNK];
-    if (!sc) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory for activations");
+    gt_batch_row *rows = gt_malloc_array((size_t)chunk, sizeof *rows);
+    if (!sc || !rows) {
+        gt_fwd_scratch_free(sc);
+        free(rows);
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory for activations");
+    }
     geist_status st = GEIST_OK;
-    for (int32_t done = 0; done < n && st == GEIST_OK; done += GT_CHUNK) {
-        const int32_t cn = n - done < GT_CHUNK ? n - done : GT_CHUNK;
+    for (int32_t done = 0; done < n && st == GEIST_OK; done += chunk) {
+        const int32_t cn = n - done < chunk ? n - done : chunk;
         for (int32_t t = 0; t < cn; t++) {
             rows[t].s = s;
             rows[t].id = ids[done + t];
@@ -648,6 +655,7 @@ geist_status gt_forward(geist_session *s, const int32_t *ids, int32_t n, float *
         memcpy(s->logits, all_logits + (size_t)(n - 1) * nv, nv * sizeof(float));
         s->has_logits = true;
     }
+    free(rows);
     gt_fwd_scratch_free(sc);
     return st;
 }

@@ -163,6 +163,8 @@ void gt_vk_kv_free(gt_dev_kv *kv);
 geist_status gt_vk_kv_io(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n, void *k, void *v,
                          bool write, gt_err *err);
 uint64_t gt_vk_kv_bytes(const gt_dev_kv *kv);
+/* One step, in passes of up to GT_VK_PASS_ROWS rows (vk_forward.c's pass_take). */
+#define GT_VK_PASS_ROWS 512
 geist_status gt_vk_forward(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, gt_err *err);
 /* The forward pass's counters since the model's load (zeros before the first session). */
 void gt_vk_stats(gt_vk_model *vm, gt_dev_stats *out);

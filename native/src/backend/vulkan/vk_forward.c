@@ -1,6 +1,6 @@
 /* The device forward pass (llama, gemma3, qwen3, phi3): every layer of a batched step on the GPU, in one
- * command buffer per step of up to MAX_ROWS rows (larger steps run as consecutive passes, a
- * session's earlier rows first), with no host round trip between layers. The host fills one
+ * command buffer per pass of up to PASS_ROWS rows (pass_take below; larger steps run as
+ * consecutive passes, a session's earlier rows first), with no host round trip between layers. The host fills one
  * small buffer per pass (tokens, positions, which rows want logits, the rotary cos/sin computed
  * as the CPU does) and reads back only the logits of the rows that asked for them.
  *
@@ -31,7 +31,15 @@
 #include "../../model/model.h"
 #include "../../util/ggml_types.h"
 
-#define MAX_ROWS 64 /* rows per pass: bounds the scratch */
+/* Rows per pass. A prompt's 512 tokens go in one pass (64-row passes paid every dispatch's and
+ * barrier's latency 8 times, on too few workgroups to fill a GPU); what is sized per row beyond
+ * the activations stays at NARROW_ROWS: the logits of at most LOGIT_ROWS rows a pass, and the
+ * split attention's partials, the scores past SPLIT_SH positions and a ring's stage, which serve
+ * only rows among the pass's first NARROW_ROWS (pass_take keeps the rows that need them there).
+ * The scratch holds NARROW_ROWS rows until a step of more rows comes, then PASS_ROWS. */
+#define PASS_ROWS GT_VK_PASS_ROWS
+#define NARROW_ROWS 64
+#define LOGIT_ROWS 64
 #define N_BIND 13   /* storage buffer bindings of the one descriptor set layout */
 #define MAX_GROUPS_X 65535u
 /* matmul.comp's tile (its TM, TN), its shared memory in bytes (its shared arrays' sizes) and the
@@ -149,7 +157,7 @@ typedef struct gt_vk_fwd {
     wref *lw; /* n_layer * W_PER_LAYER */
     int32_t cap_rows, cap_ctx;
     vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg, lgh; /* lgh: logits' readback */
-    vbuf ap;            /* the split attention's partials: MAX_ROWS x n_head x cap_split chunks */
+    vbuf ap;            /* the split attention's partials: NARROW_ROWS x n_head x cap_split chunks */
     vbuf cnt;           /* and per (row, head) its chunks done (attn_part.comp: the last merges) */
     uint32_t cap_split; /* chunks per (row, head) ap holds (0: no split) */
     uint64_t scratch_bytes;
@@ -179,7 +187,8 @@ struct gt_dev_kv {
     uint32_t krow, vrow;      /* bytes per position (session/kv.c's row format) */
     int32_t *rows;            /* per layer: rows held (storage position q in slot q % rows) */
     uint64_t *at;             /* per layer: its first word (K rows, then V rows) */
-    uint64_t stage_at;        /* words of the stage (MAX_ROWS K rows, then V rows), when a layer is
+    int32_t ring_rows;        /* the fewest rows of a layer (a ring's: a pass's rows past it stage) */
+    uint64_t stage_at;        /* words of the stage (NARROW_ROWS K rows, then V rows), when a layer is
                                * a ring; else 0 */
 };
 
@@ -721,7 +730,9 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
         n_split = (uint32_t)((ctx + c->attn_chunk - 1) / c->attn_chunk);
         if (n_split > MAX_SPLIT) n_split = MAX_SPLIT;
     }
-    const uint64_t R = (uint64_t)rows, F = sizeof(float);
+    /* R: the activations' rows; NR: the rows of what serves only the first NARROW_ROWS rows
+     * of a pass, or its LOGIT_ROWS rows wanting logits (pass_take) */
+    const uint64_t R = (uint64_t)rows, NR = NARROW_ROWS, LR = LOGIT_ROWS, F = sizeof(float);
     const uint64_t d = (uint64_t)cf->d_model, nff = (uint64_t)cf->n_ff;
     const uint64_t qd = (uint64_t)cf->n_head * (uint64_t)cf->head_dim_k;
     const uint64_t kd = (uint64_t)cf->n_head_kv * (uint64_t)cf->head_dim_k;
@@ -738,13 +749,13 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
         {&fw->up, R * nff * F, VB_DEVICE},
         {&fw->aq, R * wide, VB_DEVICE},     {&fw->ad, R * (wide / 32 + 1) * F, VB_DEVICE},
         /* the scores of rows over more positions than attn.comp's shared memory holds */
-        {&fw->sc, ctx > (int32_t)SPLIT_SH ? R * (uint64_t)cf->n_head * (uint64_t)ctx * F : 16, VB_DEVICE},
+        {&fw->sc, ctx > (int32_t)SPLIT_SH ? NR * (uint64_t)cf->n_head * (uint64_t)ctx * F : 16, VB_DEVICE},
         {&fw->in, (R * 5 + 2 * R * (uint64_t)cf->n_rot) * 4, VB_UPLOAD}, /* two rotary tables */
-        {&fw->lg, R * (uint64_t)cf->n_vocab * F, VB_DEVICE},
-        {&fw->lgh, R * (uint64_t)cf->n_vocab * F, VB_READBACK},
-        {&fw->ap, n_split > 1 ? R * (uint64_t)cf->n_head * n_split *
+        {&fw->lg, LR * (uint64_t)cf->n_vocab * F, VB_DEVICE},
+        {&fw->lgh, LR * (uint64_t)cf->n_vocab * F, VB_READBACK},
+        {&fw->ap, n_split > 1 ? NR * (uint64_t)cf->n_head * n_split *
                                     ((uint64_t)cf->head_dim_v + 2) * F : 16, VB_DEVICE},
-        {&fw->cnt, R * (uint64_t)cf->n_head * 4, VB_DEVICE},
+        {&fw->cnt, NR * (uint64_t)cf->n_head * 4, VB_DEVICE},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         geist_status st = vbuf_make(c, want[i].bytes, want[i].kind, want[i].b, acct,
@@ -783,7 +794,7 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
      * its first prefill (a growth frees the scratch and drops every recording and set) */
     pthread_mutex_lock(&vm->fwd->lock);
     geist_status st = make_pipelines(vm, err);
-    if (!st) st = grow_scratch(vm, MAX_ROWS, d->max_seq_len < (int32_t)SPLIT_SH ? d->max_seq_len
+    if (!st) st = grow_scratch(vm, NARROW_ROWS, d->max_seq_len < (int32_t)SPLIT_SH ? d->max_seq_len
                                                                               : (int32_t)SPLIT_SH, err);
     pthread_mutex_unlock(&vm->fwd->lock);
     if (st) return st;
@@ -819,10 +830,11 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
         kv->at[il] = words;
         words += (uint64_t)d->rows[il] * (kv->krow + kv->vrow) / 4;
         ring = ring || d->rows[il] < d->max_seq_len - d->n_prefix;
+        if (il == 0 || d->rows[il] < kv->ring_rows) kv->ring_rows = d->rows[il];
     }
     if (ring) {
         kv->stage_at = words;
-        words += (uint64_t)MAX_ROWS * (kv->krow + kv->vrow) / 4;
+        words += (uint64_t)NARROW_ROWS * (kv->krow + kv->vrow) / 4;
     }
     const uint64_t bytes = words * 4;
     if (bytes > vm->ctx->probe.max_buffer || words > UINT32_MAX) {
@@ -1244,12 +1256,47 @@ typedef struct grp {
     int32_t n_prefix;
 } grp;
 
+/* Whether a session's run of rows up to position `last` stages its K/V on a layer of `rows` rows
+ * (kv.h's GT_KV_STAGED): a ring's slots are taken again only by storage positions at or past its
+ * rows, so a run that stays below them writes its K/V first, as a non-ring layer does. */
+static bool staged_on(const grp *G, int32_t last, int32_t rows) {
+    return G->n > 1 && last - G->n_prefix >= rows;
+}
+
+/* How many of rows[0, n) the next pass takes: at most PASS_ROWS, at most LOGIT_ROWS of them
+ * wanting logits, and a session's run that takes per-row scratch sized for NARROW_ROWS ending
+ * among the pass's first NARROW_ROWS rows: a run the attention may split (at most SPLIT_ROWS
+ * rows), one attending past SPLIT_SH positions (the scores' scratch), one that stages (its
+ * session's stage). A run is cut where a limit falls; its later rows go in the next pass. */
+static int32_t pass_take(const gt_vk_ctx *c, const gt_dev_row *rows, int32_t n) {
+    int32_t t = 0, n_lg = 0;
+    while (t < n && t < PASS_ROWS) {
+        int32_t end = t + 1;
+        while (end < n && rows[end].kv == rows[t].kv) end++;
+        int32_t take = end - t < PASS_ROWS - t ? end - t : PASS_ROWS - t;
+        for (int32_t i = t; i < t + take; i++)
+            if (rows[i].logits && n_lg++ == LOGIT_ROWS) take = i - t;
+        if (take > 0) {
+            const gt_dev_kv *kv = rows[t].kv;
+            const grp G = {t, take, NULL, NULL, rows[t].n_prefix};
+            const int32_t last = rows[t + take - 1].pos;
+            const bool narrow = (c->attn_chunk > 0 && take <= (int32_t)SPLIT_ROWS) ||
+                                last + 1 > (int32_t)SPLIT_SH || staged_on(&G, last, kv->ring_rows);
+            if (narrow && t + take > NARROW_ROWS) take = NARROW_ROWS - t;
+        }
+        if (take <= 0) break;
+        t += take;
+        if (t < end) break; /* the run was cut */
+    }
+    return t;
+}
+
 /* K/V of a group's rows into its cache (stage: into its stage, slot = pass row) */
 static void rec_kvstore(rec *r, const gt_config *cf, const grp *G, int32_t il, bool stage) {
     const gt_dev_kv *kv = G->kv;
     const uint32_t kd = kv->kd, vd = kv->vd;
     const uint32_t k_at = (uint32_t)(stage ? kv->stage_at : kv->at[il]);
-    const uint32_t v_at = k_at + (uint32_t)((uint64_t)(stage ? MAX_ROWS : kv->rows[il]) * kv->krow / 4);
+    const uint32_t v_at = k_at + (uint32_t)((uint64_t)(stage ? NARROW_ROWS : kv->rows[il]) * kv->krow / 4);
     const uint32_t pc[13] = {(uint32_t)G->r0, (uint32_t)G->n, kd, vd, k_at, v_at,
                              (uint32_t)kv->mode, (uint32_t)cf->n_head_kv, (uint32_t)cf->head_dim_k,
                              (uint32_t)cf->head_dim_v, (uint32_t)G->n_prefix,
@@ -1298,7 +1345,7 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
             k_at + (uint32_t)((uint64_t)kv->rows[il] * kv->krow / 4), (uint32_t)kv->mode,
             (uint32_t)r->fw->cap_ctx, cf->attn_scale, window, (uint32_t)G->n_prefix,
             (uint32_t)kv->rows[il], stage_pos0, (uint32_t)G->r0, sk_at,
-            sk_at + (uint32_t)((uint64_t)MAX_ROWS * kv->krow / 4),
+            sk_at + (uint32_t)((uint64_t)NARROW_ROWS * kv->krow / 4),
             pk ? (uint32_t)pk->mode : (uint32_t)kv->mode, pk ? (uint32_t)pk->at[il] : 0u,
             pk ? (uint32_t)(pk->at[il] + (uint64_t)pk->rows[il] * pk->krow / 4) : 0u,
             pk ? (uint32_t)pk->rows[il] : 1u, sp.n, sp.ch, r->fw->cap_split,
@@ -1326,14 +1373,14 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
     dispatch(r, P_ATTN, b, &pc, 21 * sizeof(uint32_t), heads); /* attn.comp's fields */
 }
 
-/* one pass over rows [0, n) (n <= MAX_ROWS) */
+/* one pass over rows [0, n) (n <= PASS_ROWS, as pass_take chose them) */
 static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, gt_err *err) {
     gt_vk_ctx *c = vm->ctx;
     gt_vk_fwd *fw = vm->fwd;
     const geist_model *m = vm->model;
     const gt_config *cf = &m->cfg;
     int32_t max_ctx = 1, n_groups = 0, n_lg = 0;
-    grp groups[MAX_ROWS];
+    grp groups[PASS_ROWS];
     for (int32_t t = 0; t < n; t++) {
         const gt_dev_row *rw = &rows[t];
         if (rw->kv->vm != vm || rw->pos >= rw->kv->max_seq || rw->pos < rw->n_prefix ||
@@ -1351,7 +1398,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         groups[n_groups - 1].n++;
         if (rw->logits) n_lg++;
     }
-    geist_status st = grow_scratch(vm, MAX_ROWS, max_ctx, err);
+    geist_status st = grow_scratch(vm, n > NARROW_ROWS ? PASS_ROWS : NARROW_ROWS, max_ctx, err);
     if (st) return st;
     /* one row a session (decode, batched or not), F32 / F16 caches, heads the attention's tiles
      * hold: each row's QK norm, rotary and KV store inside the attention (ATTN_FRESH) */
@@ -1450,14 +1497,14 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             const uint32_t total = N * (uint32_t)(cf->n_head + cf->n_head_kv) * (uint32_t)half;
             dispatch(&r, P_ROPE, b, pc, sizeof pc, (total + 63) / 64);
         }
-        /* a ring layer's rows of several positions: staged while they attend, then stored
-         * (kv.h's GT_KV_STAGED: writing them first could overwrite slots earlier rows see);
-         * kvstore makes the same bits both times */
-        bool staged[MAX_ROWS];
+        /* a ring layer's rows of several positions reaching its rows (staged_on): staged while
+         * they attend, then stored (kv.h's GT_KV_STAGED: writing them first could overwrite
+         * slots earlier rows see); kvstore makes the same bits both times */
+        bool staged[PASS_ROWS];
         r.role = GEIST_ROLE_KV_STORE;
         for (int32_t g = 0; g < n_groups; g++) {
             const grp *G = &groups[g];
-            staged[g] = G->n > 1 && G->kv->rows[il] < G->kv->max_seq - G->n_prefix;
+            staged[g] = staged_on(G, rows[G->r0 + G->n - 1].pos, G->kv->rows[il]);
             if (!fr.on) rec_kvstore(&r, cf, G, il, staged[g]);
         }
         /* decode rows in chunks of positions (split_of), each row's last chunk merging them */
@@ -1625,8 +1672,10 @@ geist_status gt_vk_forward(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, g
     if (!vm->fwd) return gt_fail(err, GEIST_ERR_UNSUPPORTED, "%s", vm->refuse);
     pthread_mutex_lock(&vm->fwd->lock);
     geist_status st = GEIST_OK;
-    for (int32_t done = 0; done < n && !st; done += MAX_ROWS)
-        st = run_pass(vm, rows + done, n - done < MAX_ROWS ? n - done : MAX_ROWS, err);
+    for (int32_t done = 0, k; done < n && !st; done += k) {
+        k = pass_take(vm->ctx, rows + done, n - done);
+        st = run_pass(vm, rows + done, k, err);
+    }
     pthread_mutex_unlock(&vm->fwd->lock);
     return st;
 }
