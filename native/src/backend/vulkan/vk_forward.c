@@ -1263,17 +1263,32 @@ static bool staged_on(const grp *G, int32_t last, int32_t rows) {
     return G->n > 1 && last - G->n_prefix >= rows;
 }
 
-/* How many of rows[0, n) the next pass takes: at most PASS_ROWS, at most LOGIT_ROWS of them
+/* The rows a pass may hold: PASS_ROWS, fewer where a kernel that numbers its workgroups along x
+ * alone (act, rope, kvstore, rmsnorm, embed, attn: a row's share each) would pass MAX_GROUPS_X
+ * (a model of many heads or a wide FFN), never fewer than NARROW_ROWS (the passes before). */
+static int32_t pass_cap(const gt_config *cf) {
+    const uint64_t kd = (uint64_t)cf->n_head_kv * (uint64_t)cf->head_dim_k;
+    const uint64_t vd = (uint64_t)cf->n_head_kv * (uint64_t)cf->head_dim_v;
+    const uint64_t per_row[] = {(uint64_t)cf->n_ff / 64 + 1, (uint64_t)cf->n_head,
+                                (uint64_t)(cf->n_head + cf->n_head_kv) * (uint64_t)cf->n_rot / 128 + 1,
+                                (kd + vd) / 128 + 1, 2 * (uint64_t)cf->n_head_kv};
+    uint64_t cap = PASS_ROWS;
+    for (size_t i = 0; i < sizeof per_row / sizeof per_row[0]; i++)
+        if (per_row[i] > 0 && cap * per_row[i] >= MAX_GROUPS_X) cap = (MAX_GROUPS_X - 1) / per_row[i];
+    return cap < NARROW_ROWS ? NARROW_ROWS : (int32_t)cap;
+}
+
+/* How many of rows[0, n) the next pass takes: at most cap (pass_cap), at most LOGIT_ROWS of them
  * wanting logits, and a session's run that takes per-row scratch sized for NARROW_ROWS ending
  * among the pass's first NARROW_ROWS rows: a run the attention may split (at most SPLIT_ROWS
  * rows), one attending past SPLIT_SH positions (the scores' scratch), one that stages (its
  * session's stage). A run is cut where a limit falls; its later rows go in the next pass. */
-static int32_t pass_take(const gt_vk_ctx *c, const gt_dev_row *rows, int32_t n) {
+static int32_t pass_take(const gt_vk_ctx *c, const gt_dev_row *rows, int32_t n, int32_t cap) {
     int32_t t = 0, n_lg = 0;
-    while (t < n && t < PASS_ROWS) {
+    while (t < n && t < cap) {
         int32_t end = t + 1;
         while (end < n && rows[end].kv == rows[t].kv) end++;
-        int32_t take = end - t < PASS_ROWS - t ? end - t : PASS_ROWS - t;
+        int32_t take = end - t < cap - t ? end - t : cap - t;
         for (int32_t i = t; i < t + take; i++)
             if (rows[i].logits && n_lg++ == LOGIT_ROWS) take = i - t;
         if (take > 0) {
@@ -1673,7 +1688,7 @@ geist_status gt_vk_forward(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, g
     pthread_mutex_lock(&vm->fwd->lock);
     geist_status st = GEIST_OK;
     for (int32_t done = 0, k; done < n && !st; done += k) {
-        k = pass_take(vm->ctx, rows + done, n - done);
+        k = pass_take(vm->ctx, rows + done, n - done, pass_cap(&vm->model->cfg));
         st = run_pass(vm, rows + done, k, err);
     }
     pthread_mutex_unlock(&vm->fwd->lock);

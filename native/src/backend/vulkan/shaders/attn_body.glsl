@@ -226,8 +226,16 @@ uint seg_end(uint q, uint qmax) {
     if (q < p.stage_pos0) return min(qmax, p.stage_pos0);
     return qmax;
 }
-void put_word(uint e, uint x, uint mode, uint wph, uint hd, uint rs) {
-    uint jj = e / wph, w = e - jj * wph;
+// word e of a tile as (its position jj, its word w): a shift where wph is a power of two (sh <
+// 32: F32 / F16 rows of heads of 2^k), else a division (INT8 rows' scale word): two divisions a
+// word were a large share of a tile's load
+uvec2 word_at(uint e, uint wph, uint sh) {
+    uint jj = sh < 32u ? e >> sh : e / wph;
+    return uvec2(jj, e - jj * wph);
+}
+void put_word(uint e, uint x, uint mode, uint wph, uint sh, uint rs) {
+    uvec2 jw = word_at(e, wph, sh);
+    uint jj = jw.x, w = jw.y;
     if (mode == 1u) {
         vec2 h2 = unpackHalf2x16(x);
         vt[jj * rs + 2u * w] = h2.x;
@@ -251,6 +259,7 @@ void load_tile(uint q0, uint nt, bool v, uint hd, uint rs, uint g, uint lid) {
     Loc l0 = loc(q0);
     uint mode = l0.mode;
     uint wph = mode == 2u ? 1u + hd / 4u : (mode == 1u ? hd / 2u : hd);
+    uint sh = (wph & (wph - 1u)) == 0u ? uint(findMSB(wph)) : 32u; // word_at's
     uint rw = p.n_head_kv * wph, base = (v ? l0.v : l0.k) + g * wph;
     uint ring = l0.pre ? p.prows : (q0 >= p.stage_pos0 ? 0xFFFFFFFFu : p.rows);
     uint n = nt * wph;
@@ -263,7 +272,7 @@ void load_tile(uint q0, uint nt, bool v, uint hd, uint rs, uint g, uint lid) {
         uint at[LB];
         uint curm = 0u; // bit u: word u is the row's own position's (ATTN_FRESH)
         for (uint u = 0u; u < LB; u++) {
-            uint e = min(e0 + 64u * u, n - 1u), jj = e / wph;
+            uint e = min(e0 + 64u * u, n - 1u), jj = word_at(e, wph, sh).x;
             uint s = l0.slot + jj;
             s = s >= ring ? s - ring : s;
             at[u] = base + s * rw + (e - jj * wph);
@@ -289,7 +298,7 @@ void load_tile(uint q0, uint nt, bool v, uint hd, uint rs, uint g, uint lid) {
                 continue;
             }
 #endif
-            if (e < n) put_word(e, xs[u], mode, wph, hd, rs);
+            if (e < n) put_word(e, xs[u], mode, wph, sh, rs);
         }
     }
 }
@@ -336,7 +345,10 @@ void main() {
     // chunk c of (row, head) rh: the positions first + c ch .. of those the row sees
     uint c = gl_WorkGroupID.x % p.n_split, rh = gl_WorkGroupID.x / p.n_split;
 #else
-    uint c = 0u, rh = gl_WorkGroupID.x;
+    // the longest rows first: a session's later rows see more positions, and launched last
+    // they were the tail of a long step (the dispatch's count is its workgroups: vk_forward.c
+    // keeps rows x heads below MAX_GROUPS_X)
+    uint c = 0u, rh = gl_NumWorkGroups.x - 1u - gl_WorkGroupID.x;
 #endif
     uint t = p.row0 + rh / p.n_head, h = rh % p.n_head;
     uint lid = gl_LocalInvocationID.x;
