@@ -719,8 +719,7 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     vbuf *bufs[] = {&fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o, &fw->gate,
                     &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh, &fw->ap,
                     &fw->cnt};
-    forget_recordings(vm); /* they bind the buffers freed here */
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) vbuf_free(c, bufs[i], acct);
+    forget_recordings(vm); /* they bind the buffers remade here */
     fw->cap_rows = fw->cap_ctx = 0;
     fw->cap_split = 0;
     /* the partials' chunks per (row, head): every split of ctx positions or fewer (split_of's
@@ -758,6 +757,10 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
         {&fw->cnt, NR * (uint64_t)cf->n_head * 4, VB_DEVICE},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        /* a buffer whose size stays is kept (the logits' rows when only the activations' rows
+         * grow: Gemma 3's are 134 MB, remade in the middle of the first long prompt) */
+        if (want[i].b->buf && (want[i].bytes < 16 ? 16 : want[i].bytes) <= want[i].b->size) continue;
+        vbuf_free(c, want[i].b, acct);
         geist_status st = vbuf_make(c, want[i].bytes, want[i].kind, want[i].b, acct,
                                     "the forward pass's scratch", err);
         if (st) {
