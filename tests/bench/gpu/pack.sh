@@ -126,7 +126,8 @@ if [ -n "$PREBUILT" ]; then
 fi
 
 # --- the scripts, and what this kit was made from
-cp "$HERE/device.sh" "$HERE/bench.py" "$HERE/standin.py" "$HERE/ab.py" "$HERE/reply.py" "$HERE/README.md" \
+cp "$HERE/device.sh" "$HERE/bench.py" "$HERE/standin.py" "$HERE/ab.py" "$HERE/reply.py" "$HERE/prefill.py" \
+    "$HERE/README.md" \
     "$DEST/"
 {
     echo "packed: $(date -u +%FT%TZ) on $(hostname)"

@@ -1,8 +1,9 @@
 /* The device forward pass (llama, gemma3, qwen3, phi3): every layer of a batched step on the GPU, in one
  * command buffer per pass of up to PASS_ROWS rows (pass_take below; larger steps run as
- * consecutive passes, a session's earlier rows first), with no host round trip between layers. The host fills one
- * small buffer per pass (tokens, positions, which rows want logits, the rotary cos/sin computed
- * as the CPU does) and reads back only the logits of the rows that asked for them.
+ * consecutive passes, a session's earlier rows first), with no host round trip between layers.
+ * The host fills one small buffer per pass (tokens, positions, which rows want logits, the
+ * rotary cos/sin computed as the CPU does) and reads back only the logits of the rows that asked
+ * for them.
  *
  * Products: matvec.comp, 8 output rows per workgroup (quantized weights; one for F32/F16), up to
  * 8 tokens per pass over a row; steps of more than 8 rows take matmul.comp for quantized weights
@@ -157,7 +158,7 @@ typedef struct gt_vk_fwd {
     wref *lw; /* n_layer * W_PER_LAYER */
     int32_t cap_rows, cap_ctx;
     vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg, lgh; /* lgh: logits' readback */
-    vbuf ap;            /* the split attention's partials: NARROW_ROWS x n_head x cap_split chunks */
+    vbuf ap; /* the split attention's partials: NARROW_ROWS x n_head x cap_split chunks */
     vbuf cnt;           /* and per (row, head) its chunks done (attn_part.comp: the last merges) */
     uint32_t cap_split; /* chunks per (row, head) ap holds (0: no split) */
     uint64_t scratch_bytes;
@@ -187,9 +188,9 @@ struct gt_dev_kv {
     uint32_t krow, vrow;      /* bytes per position (session/kv.c's row format) */
     int32_t *rows;            /* per layer: rows held (storage position q in slot q % rows) */
     uint64_t *at;             /* per layer: its first word (K rows, then V rows) */
-    int32_t ring_rows;        /* the fewest rows of a layer (a ring's: a pass's rows past it stage) */
-    uint64_t stage_at;        /* words of the stage (NARROW_ROWS K rows, then V rows), when a layer is
-                               * a ring; else 0 */
+    int32_t ring_rows;        /* the fewest rows of a layer (a ring's: rows past it stage) */
+    uint64_t stage_at;        /* words of the stage (NARROW_ROWS K rows, then V rows), when a
+                               * layer is a ring; else 0 */
 };
 
 static uint64_t now_ns(void) {
@@ -759,7 +760,8 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         /* a buffer whose size stays is kept (the logits' rows when only the activations' rows
          * grow: Gemma 3's are 134 MB, remade in the middle of the first long prompt) */
-        if (want[i].b->buf && (want[i].bytes < 16 ? 16 : want[i].bytes) <= want[i].b->size) continue;
+        const uint64_t bytes = want[i].bytes < 16 ? 16 : want[i].bytes; /* vbuf_make's least */
+        if (want[i].b->buf && bytes <= want[i].b->size) continue;
         vbuf_free(c, want[i].b, acct);
         geist_status st = vbuf_make(c, want[i].bytes, want[i].kind, want[i].b, acct,
                                     "the forward pass's scratch", err);
@@ -1272,12 +1274,14 @@ static bool staged_on(const grp *G, int32_t last, int32_t rows) {
 static int32_t pass_cap(const gt_config *cf) {
     const uint64_t kd = (uint64_t)cf->n_head_kv * (uint64_t)cf->head_dim_k;
     const uint64_t vd = (uint64_t)cf->n_head_kv * (uint64_t)cf->head_dim_v;
+    const uint64_t heads = (uint64_t)cf->n_head + (uint64_t)cf->n_head_kv;
     const uint64_t per_row[] = {(uint64_t)cf->n_ff / 64 + 1, (uint64_t)cf->n_head,
-                                (uint64_t)(cf->n_head + cf->n_head_kv) * (uint64_t)cf->n_rot / 128 + 1,
-                                (kd + vd) / 128 + 1, 2 * (uint64_t)cf->n_head_kv};
+                                heads * (uint64_t)cf->n_rot / 128 + 1, (kd + vd) / 128 + 1,
+                                2 * (uint64_t)cf->n_head_kv};
     uint64_t cap = PASS_ROWS;
     for (size_t i = 0; i < sizeof per_row / sizeof per_row[0]; i++)
-        if (per_row[i] > 0 && cap * per_row[i] >= MAX_GROUPS_X) cap = (MAX_GROUPS_X - 1) / per_row[i];
+        if (per_row[i] > 0 && cap * per_row[i] >= MAX_GROUPS_X)
+            cap = (MAX_GROUPS_X - 1) / per_row[i];
     return cap < NARROW_ROWS ? NARROW_ROWS : (int32_t)cap;
 }
 
