@@ -633,10 +633,12 @@ geist_status gt_forward(geist_session *s, const int32_t *ids, int32_t n, float *
     const gt_device_ops *dev = m->backend->device;
     const int32_t chunk = dev && dev->step_rows > GT_CHUNK ? dev->step_rows : GT_CHUNK;
     gt_fwd_scratch *sc = gt_fwd_scratch_create();
-    gt_batch_row *rows = gt_malloc_array((size_t)chunk, sizeof *rows);
+    gt_batch_row host_rows[GT_CHUNK]; /* a device's longer chunk on the heap */
+    gt_batch_row *rows =
+        chunk > GT_CHUNK ? gt_malloc_array((size_t)chunk, sizeof *rows) : host_rows;
     if (!sc || !rows) {
         gt_fwd_scratch_free(sc);
-        free(rows);
+        if (rows != host_rows) free(rows);
         return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory for activations");
     }
     geist_status st = GEIST_OK;
@@ -655,7 +657,7 @@ geist_status gt_forward(geist_session *s, const int32_t *ids, int32_t n, float *
         memcpy(s->logits, all_logits + (size_t)(n - 1) * nv, nv * sizeof(float));
         s->has_logits = true;
     }
-    free(rows);
+    if (rows != host_rows) free(rows);
     gt_fwd_scratch_free(sc);
     return st;
 }
