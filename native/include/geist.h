@@ -144,7 +144,13 @@ enum {
      * fails with GEIST_ERR_UNSUPPORTED where it has none); NO_INT_DOT: never. The sums are
      * integers: every choice gives the same bits. Not both. */
     GEIST_DEVICE_INT_DOT = 1u << 2,
-    GEIST_DEVICE_NO_INT_DOT = 1u << 3
+    GEIST_DEVICE_NO_INT_DOT = 1u << 3,
+    /* The attention one workgroup per query head (each loading its KV head's tiles for itself),
+     * as Metal runs it. By default (vulkan) a workgroup takes up to 4 query heads that share a KV
+     * head (grouped-query models: SmolLM2's 3, Gemma 3's 4) and loads each K and V tile once for
+     * them, on rows whose positions fit its shared memory (docs/VULKAN.md). The same bits either
+     * way: for comparison. */
+    GEIST_DEVICE_ATTN_PER_HEAD = 1u << 4
 };
 
 GEIST_API void geist_engine_options_default(geist_engine_options *opts);

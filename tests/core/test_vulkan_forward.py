@@ -377,7 +377,8 @@ def test_the_default_attention_is_the_devices_choice() -> None:
 
 
 def test_unknown_device_flags_are_refused() -> None:
-    # GEIST_DEVICE_NO_IMPORT, _PROFILE, _INT_DOT and _NO_INT_DOT are the known bits; any other
+    # GEIST_DEVICE_NO_IMPORT, _PROFILE, _INT_DOT, _NO_INT_DOT and _ATTN_PER_HEAD are the known
+    # bits; any other
     # is an error
     from geist._binding import ffi, last_error, lib
 
@@ -595,6 +596,55 @@ def test_wide_steps_beside_split_decode_rows_match_each_alone() -> None:
     eng.close()
     assert together == alone
     assert all(len(ids) > 0 for ids in alone)
+
+
+
+# The grouped attention (attn_body.glsl's ATTN_GROUP): a workgroup per 2-4 query heads of a KV
+# head loads each K and V tile once for them, on dispatches whose rows' positions (a split
+# one's chunk) fit its shared scores (2,048 floats: 682 positions a head for the SmolLM2-like
+# 3 heads a KV head, 512 for gemma3's 4, 1,024 for qwen3's 2); longer rows take one workgroup a
+# head. A 700-token prompt crosses that line inside the prefill (512-row passes), so both
+# kernels run on one session's rows; then decode steps, exact and split. Every logit equals the
+# per-head attention's (GEIST_DEVICE_ATTN_PER_HEAD) bit for bit, and, exact, cpu_scalar's.
+GROUPED = [int(v) for v in np.random.default_rng(13).integers(1, 300, 700)]
+
+
+def _grouped_rows(path: Path, eng: geist.Engine | None, kv_mode: str) -> np.ndarray:
+    own = eng is None
+    eng = eng or geist.Engine(backend="cpu_scalar")
+    with geist.Model.load(path, engine=eng) as m:
+        s = m.session(max_seq_len=768, kv_mode=kv_mode)
+        s.prefill(GROUPED[:600])
+        rows = [s.logits().copy()]
+        rows += list(s.eval(GROUPED[600:]))
+        for t in GROUPED[:6]:
+            s.step(t)
+            rows.append(s.logits())
+        s.close()
+    if own:
+        eng.close()
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize(("family", "weight_type", "sizes", "kv_mode"),
+                         [("llama", "Q4_0", _SMOL, "f16"), ("gemma3", "Q4_K", {}, "f16"),
+                          ("qwen3", "Q8_0", {}, "f16"), ("mistral", "Q8_0", {}, "int8")])
+def test_grouped_attention_matches_per_head_bit_for_bit(family: str, weight_type: str,
+                                                        sizes: dict[str, int],
+                                                        kv_mode: str) -> None:
+    path = testing.family_fixture_path(family, weight_type, n_ctx=1024, **sizes)
+    ref = _grouped_rows(path, None, kv_mode)
+    for chunk in (EXACT, SPLIT):
+        got = {}
+        for per_head in (False, True):
+            eng = geist.Engine(backend="vulkan", attn_chunk=chunk, attn_per_head=per_head)
+            got[per_head] = _grouped_rows(path, eng, kv_mode)
+            eng.close()
+        assert np.array_equal(got[False], got[True]), (chunk, max(
+            _rel(a, b) for a, b in zip(got[True], got[False], strict=True)))
+        if chunk == EXACT and kv_mode == "f16":
+            assert np.array_equal(ref, got[False]), max(
+                _rel(a, b) for a, b in zip(ref, got[False], strict=True))
 
 
 @pytest.fixture

@@ -102,6 +102,7 @@ typedef struct gt_dev_options {
     bool profile;          /* GEIST_DEVICE_PROFILE: a timestamp after every dispatch */
     int32_t int_dot;       /* integer dot products: 1 GEIST_DEVICE_INT_DOT, -1 GEIST_DEVICE_NO_INT_DOT,
                               0 the device's choice */
+    bool attn_per_head;    /* GEIST_DEVICE_ATTN_PER_HEAD: no grouped attention (vk_forward.c) */
 } gt_dev_options;
 
 /* A device's forward-pass counters since the model's load (geist_model_device_stats): passes

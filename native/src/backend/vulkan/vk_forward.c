@@ -62,13 +62,22 @@
  * P_MATMUL: matmul.comp, tiles of rows x tokens for quantized weights in longer steps (32 x 32);
  * P_MATMUL16: its tiles of 16 x 16 (MR 2, MT 1), for steps of at most MM16_MAX_TOK tokens (a
  * reply's player line): more workgroups on the few rows of a small model, none of their token
- * slots idle */
+ * slots idle;
+ * P_ATTN_G .. P_ATTN_PART_FRESH_G: the four attention kernels built with ATTN_GROUP, a
+ * workgroup per fw->attn_group query heads of a KV head (rec_attn) */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
-       P_QUANT_FUSED, P_COUNT };
+       P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_COUNT };
 static const char *const k_pipe_names[P_COUNT] = {
     "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
-    "attn_part", "matmul", "matvec", "matmul", "attn_fresh", "attn_part_fresh", "quant_fused"};
+    "attn_part", "matmul", "matvec", "matmul", "attn_fresh", "attn_part_fresh", "quant_fused",
+    "attn_grp", "attn_part_grp", "attn_fresh_grp", "attn_part_fresh_grp"};
+/* The grouped attention's shared scores (attn_body.glsl's SH_TOTAL under ATTN_GROUP): a
+ * dispatch takes the grouped kernels when its rows' positions (a split one's chunk) fit
+ * GROUP_SH / attn_group a head, else one workgroup a head (SPLIT_SH) */
+#define GROUP_SH 2048u
+#define GROUP_MAX 4u        /* attn_body.glsl's GMAX */
+#define GROUP_SHARED 32768u /* the grouped kernels' shared memory, bytes (at most) */
 
 /* The split attention (attn_part.comp), when attn_chunk > 0 (vk_device.c's choice on GPUs, or
  * the engine's; else every row runs attn.comp, cpu_scalar's order): a session's rows of a pass,
@@ -136,6 +145,7 @@ typedef struct gt_vk_fwd {
     pthread_mutex_t lock; /* one step (or KV copy) of this model at a time */
     bool pipelines;       /* created (at the first session) */
     bool mm;              /* matmul.comp fits the device's limits (shared memory) */
+    uint32_t attn_group;  /* query heads a grouped attention workgroup takes (group_of); 1: none */
     /* decode's blocks-of-32 products on 32 lanes a row (P_MATVEC2): a GPU's lanes hide their
      * loads' latency so, but a CPU device (lavapipe) runs every lane, and the 4x workgroups
      * repeating the in-product 8-bit rows cost it ~6x: it keeps 8 lanes a row */
@@ -530,6 +540,21 @@ static void ds_index(gt_vk_fwd *fw, uint32_t i) {
 }
 
 /* pipelines, command pool, fence: at the first session */
+/* The query heads a grouped attention workgroup takes (attn_body.glsl's GSZ): the most of 4, 3
+ * or 2 that divides the query heads each KV head serves, where the heads fit its tiles (at most
+ * 256 values: qs holds 4 of them) and the device its shared memory; 1 (one workgroup per query
+ * head) otherwise or with GEIST_DEVICE_ATTN_PER_HEAD. */
+static uint32_t group_of(const gt_config *cf, const gt_vk_ctx *c) {
+    if (c->attn_per_head || c->props.limits.maxComputeSharedMemorySize < GROUP_SHARED ||
+        cf->n_head_kv < 1 || cf->n_head % cf->n_head_kv || cf->head_dim_k > 256 ||
+        cf->head_dim_v > 256)
+        return 1;
+    const uint32_t per_kv = (uint32_t)(cf->n_head / cf->n_head_kv);
+    for (uint32_t gsz = GROUP_MAX; gsz > 1; gsz--)
+        if (per_kv % gsz == 0) return gsz;
+    return 1;
+}
+
 static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     gt_vk_fwd *fw = vm->fwd;
     gt_vk_ctx *c = vm->ctx;
@@ -573,8 +598,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     const VkPhysicalDeviceLimits *lim = &c->props.limits;
     fw->mm = lim->maxComputeSharedMemorySize >= MM_SHARED && lim->maxComputeWorkGroupInvocations >= 128;
     fw->wide = c->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+    fw->attn_group = group_of(&vm->model->cfg, c);
     for (int p = 0; p < P_COUNT; p++) {
-        if ((p == P_MATMUL || p == P_MATMUL16) && !fw->mm)
+        const bool grouped = p >= P_ATTN_G && p <= P_ATTN_PART_FRESH_G;
+        if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) || (grouped && fw->attn_group < 2))
             continue; /* left VK_NULL_HANDLE: never dispatched */
         /* the kernel, or its integer-dot-product build where the device takes those */
         char want[32];
@@ -597,12 +624,14 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         const VkSpecializationInfo spec = {2, sme, sizeof sv, &sv};
         const uint32_t mm16[2] = {2u, 1u}; /* matmul.comp's MR, MT */
         const VkSpecializationInfo spec16 = {2, sme, sizeof mm16, mm16};
+        const VkSpecializationInfo spec_g = {1, sme, sizeof fw->attn_group, &fw->attn_group};
         const VkComputePipelineCreateInfo cpci = {
             .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
             .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                       .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main",
                       .pSpecializationInfo = p == P_MATVEC8 || p == P_MATVEC2 ? &spec
                                              : p == P_MATMUL16                 ? &spec16
+                                             : grouped                         ? &spec_g
                                                                                : NULL},
             .layout = fw->pl};
         const VkResult r = c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &cpci, NULL,
@@ -930,7 +959,10 @@ static const uint32_t k_writes[P_COUNT] = {
     [P_MATMUL] = WB(3), [P_MATVEC2] = WB(3), [P_MATMUL16] = WB(3),
     [P_ATTN_FRESH] = WB(3) | WB(5) | WB(10) | WB(11) | WB(12),
     [P_ATTN_PART_FRESH] = WB(3) | WB(4) | WB(5) | WB(10) | WB(11) | WB(12),
-    [P_QUANT_FUSED] = WB(4) | WB(5)};
+    [P_QUANT_FUSED] = WB(4) | WB(5), [P_ATTN_G] = WB(3) | WB(5),
+    [P_ATTN_PART_G] = WB(3) | WB(4) | WB(5),
+    [P_ATTN_FRESH_G] = WB(3) | WB(5) | WB(10) | WB(11) | WB(12),
+    [P_ATTN_PART_FRESH_G] = WB(3) | WB(4) | WB(5) | WB(10) | WB(11) | WB(12)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
     for (uint32_t i = 0; i < n; i++)
@@ -1063,7 +1095,8 @@ static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
     bool split = false;
     for (uint32_t i = 0; i < n && !split; i++)
         split = fw->plan[i].kind == CMD_DISPATCH &&
-                (fw->plan[i].pipe == P_ATTN_PART || fw->plan[i].pipe == P_ATTN_PART_FRESH);
+                (fw->plan[i].pipe == P_ATTN_PART || fw->plan[i].pipe == P_ATTN_PART_FRESH ||
+                 fw->plan[i].pipe == P_ATTN_PART_G || fw->plan[i].pipe == P_ATTN_PART_FRESH_G);
     if (split) {
         c->f.CmdFillBuffer(cb, fw->cnt.buf, 0, VK_WHOLE_SIZE, 0);
         barrier(c, cb, VK_ACCESS_TRANSFER_WRITE_BIT,
@@ -1349,7 +1382,7 @@ static uint32_t qout_of(uint32_t type, uint32_t hv) {
 }
 
 static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint32_t window,
-                     uint32_t stage_pos0, split sp, fresh fr) {
+                     uint32_t stage_pos0, split sp, fresh fr, uint32_t n_ctx) {
     const gt_dev_kv *kv = G->kv, *pk = G->prefix;
     const uint32_t k_at = (uint32_t)kv->at[il];
     const uint32_t sk_at = (uint32_t)kv->stage_at;
@@ -1372,7 +1405,11 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
             pk ? (uint32_t)(pk->at[il] + (uint64_t)pk->rows[il] * pk->krow / 4) : 0u,
             pk ? (uint32_t)pk->rows[il] : 1u, sp.n, sp.ch, r->fw->cap_split,
             fr.bits, fr.q_norm, fr.k_norm, cf->eps, (uint32_t)cf->n_rot, fr.rope_at, fr.qout};
-    const uint32_t heads = (uint32_t)G->n * (uint32_t)cf->n_head;
+    /* the grouped kernels (a workgroup per attn_group query heads) where the positions a
+     * workgroup holds fit their shared scores: the same bits */
+    const uint32_t gsz = r->fw->attn_group;
+    const bool grp_on = gsz > 1 && (sp.n > 1 ? sp.ch : n_ctx) <= GROUP_SH / gsz;
+    const uint32_t heads = (uint32_t)G->n * (uint32_t)cf->n_head / (grp_on ? gsz : 1u);
     if (fr.on) {
         if (sp.n == 1) pc.ch = 0; /* unused by attn.comp (n_ctx varies by step: the plan would) */
         const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
@@ -1380,19 +1417,21 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
                                     sp.n > 1 ? r->fw->ap.buf : r->fw->sc.buf, kv->b.buf,
                                     r->fw->norms.buf, r->fw->k.buf, r->fw->v.buf, kv->b.buf,
                                     fr.qout ? r->fw->aq.buf : 0, fr.qout ? r->fw->ad.buf : 0};
-        dispatch(r, sp.n > 1 ? P_ATTN_PART_FRESH : P_ATTN_FRESH, b, &pc, sizeof pc,
-                 heads * sp.n);
+        dispatch(r, sp.n > 1 ? (grp_on ? P_ATTN_PART_FRESH_G : P_ATTN_PART_FRESH)
+                             : (grp_on ? P_ATTN_FRESH_G : P_ATTN_FRESH),
+                 b, &pc, sizeof pc, heads * sp.n);
         return;
     }
     if (sp.n > 1) {
         const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
                                     r->fw->att.buf, r->fw->cnt.buf, r->fw->ap.buf, kv->b.buf, 0};
-        dispatch(r, P_ATTN_PART, b, &pc, 24 * sizeof(uint32_t), heads * sp.n); /* its fields */
+        dispatch(r, grp_on ? P_ATTN_PART_G : P_ATTN_PART, b, &pc, 24 * sizeof(uint32_t),
+                 heads * sp.n); /* its fields */
         return;
     }
     const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
                                 r->fw->att.buf, 0, r->fw->sc.buf, kv->b.buf, 0};
-    dispatch(r, P_ATTN, b, &pc, 21 * sizeof(uint32_t), heads); /* attn.comp's fields */
+    dispatch(r, grp_on ? P_ATTN_G : P_ATTN, b, &pc, 21 * sizeof(uint32_t), heads); /* attn.comp's fields */
 }
 
 /* one pass over rows [0, n) (n <= PASS_ROWS, as pass_take chose them) */
@@ -1540,7 +1579,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             /* after the first: each session's own rows of att, scores, partials and counts */
             r.disjoint = g > 0;
             rec_attn(&r, cf, G, il, R->window,
-                     staged[g] ? (uint32_t)rows[G->r0].pos : UINT32_MAX, sp, fr);
+                     staged[g] ? (uint32_t)rows[G->r0].pos : UINT32_MAX, sp, fr, n_ctx);
         }
         r.disjoint = false;
         r.role = GEIST_ROLE_KV_STORE;
