@@ -378,8 +378,7 @@ def test_the_default_attention_is_the_devices_choice() -> None:
 
 def test_unknown_device_flags_are_refused() -> None:
     # GEIST_DEVICE_NO_IMPORT, _PROFILE, _INT_DOT, _NO_INT_DOT and _ATTN_PER_HEAD are the known
-    # bits; any other
-    # is an error
+    # bits; any other is an error
     from geist._binding import ffi, last_error, lib
 
     opts = ffi.new("geist_engine_options *")
