@@ -1405,10 +1405,15 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
             pk ? (uint32_t)(pk->at[il] + (uint64_t)pk->rows[il] * pk->krow / 4) : 0u,
             pk ? (uint32_t)pk->rows[il] : 1u, sp.n, sp.ch, r->fw->cap_split,
             fr.bits, fr.q_norm, fr.k_norm, cf->eps, (uint32_t)cf->n_rot, fr.rope_at, fr.qout};
-    /* the grouped kernels (a workgroup per attn_group query heads) where the positions a
-     * workgroup holds fit their shared scores: the same bits */
+    /* the grouped kernels (a workgroup per attn_group query heads: the same bits) where the
+     * positions a workgroup holds fit their shared scores, on a GPU for a session's rows of a
+     * prompt (more than SPLIT_ROWS: the H200's prefill 1.3x faster), not for its few rows of
+     * decode or a reply, which are bound by a workgroup's latency, not by the tiles' loads
+     * (grouped, the H200 decoded 15 % slower); a CPU device runs every workgroup's work, so
+     * loading each tile once always pays there */
     const uint32_t gsz = r->fw->attn_group;
-    const bool grp_on = gsz > 1 && (sp.n > 1 ? sp.ch : n_ctx) <= GROUP_SH / gsz;
+    const bool grp_on = gsz > 1 && (sp.n > 1 ? sp.ch : n_ctx) <= GROUP_SH / gsz &&
+                        (!r->wide || G->n > (int32_t)SPLIT_ROWS);
     const uint32_t heads = (uint32_t)G->n * (uint32_t)cf->n_head / (grp_on ? gsz : 1u);
     if (fr.on) {
         if (sp.n == 1) pc.ch = 0; /* unused by attn.comp (n_ctx varies by step: the plan would) */
