@@ -93,7 +93,7 @@ typedef struct gt_vk_cand {
     char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
     VkPhysicalDeviceType type;
     uint64_t device_local; /* bytes of its device-local heaps */
-    bool usable;           /* Vulkan 1.2 and a compute queue */
+    bool usable;           /* Vulkan 1.2, a compute queue and GT_VK_SHARED_NEED */
 } gt_vk_cand;
 
 /* The device `want` names (NULL/"auto", an index, or a name substring) among n candidates:
@@ -166,6 +166,11 @@ geist_status gt_vk_kv_io(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n, 
 uint64_t gt_vk_kv_bytes(const gt_dev_kv *kv);
 /* One step, in passes of up to GT_VK_PASS_ROWS rows (vk_forward.c's pass_take). */
 #define GT_VK_PASS_ROWS 512
+/* The shared memory a workgroup of geist's kernels takes at most (the attention's builds: its
+ * scores, K/V tiles, query heads; tests/core/test_vulkan.py reads every built kernel's): a
+ * device offering less is not used. Vulkan's minimum is 16 KiB; GPUs offer 32 KiB (phones) to
+ * 48 KiB and more. */
+#define GT_VK_SHARED_NEED 32768u
 geist_status gt_vk_forward(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, gt_err *err);
 /* The forward pass's counters since the model's load (zeros before the first session). */
 void gt_vk_stats(gt_vk_model *vm, gt_dev_stats *out);

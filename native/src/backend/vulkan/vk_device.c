@@ -23,7 +23,8 @@ static void list_devices(const gt_vk_cand *c, int32_t n, char *out, size_t cap) 
     out[0] = '\0';
     for (int32_t i = 0; i < n && len < cap; i++) {
         int w = snprintf(out + len, cap - len, "%s%d: %s%s", i ? ", " : "", (int)i, c[i].name,
-                         c[i].usable ? "" : " (unusable: no Vulkan 1.2 compute)");
+                         c[i].usable ? "" : " (unusable: no Vulkan 1.2 compute with 32 KiB of "
+                                            "shared memory)");
         if (w < 0) break;
         len += (size_t)w;
     }
@@ -69,7 +70,8 @@ int32_t gt_vk_choose(const gt_vk_cand *c, int32_t n, const char *want, gt_err *e
     }
     if (!c[pick].usable) {
         gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: device %d (%s) is not usable: it lacks "
-                "Vulkan 1.2 or a compute queue", (int)pick, c[pick].name);
+                "Vulkan 1.2, a compute queue or 32 KiB of shared memory a workgroup", (int)pick,
+                c[pick].name);
         return -1;
     }
     return pick;
@@ -198,7 +200,8 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
         snprintf(cand[i].name, sizeof cand[i].name, "%s", p.deviceName);
         cand[i].type = p.deviceType;
         cand[i].device_local = device_local_bytes(&m);
-        cand[i].usable = p.apiVersion >= VK_API_VERSION_1_2 && compute_family(&c->f, phys[i]) >= 0;
+        cand[i].usable = p.apiVersion >= VK_API_VERSION_1_2 && compute_family(&c->f, phys[i]) >= 0 &&
+                         p.limits.maxComputeSharedMemorySize >= GT_VK_SHARED_NEED;
     }
     const int32_t pick = gt_vk_choose(cand, (int32_t)n, o->device, err);
     if (pick < 0) {

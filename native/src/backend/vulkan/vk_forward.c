@@ -76,8 +76,7 @@ static const char *const k_pipe_names[P_COUNT] = {
  * dispatch takes the grouped kernels when its rows' positions (a split one's chunk) fit
  * GROUP_SH / attn_group a head, else one workgroup a head (SPLIT_SH) */
 #define GROUP_SH 2048u
-#define GROUP_MAX 4u        /* attn_body.glsl's GMAX */
-#define GROUP_SHARED 32768u /* the grouped kernels' shared memory, bytes (at most) */
+#define GROUP_MAX 4u /* attn_body.glsl's GMAX */
 
 /* The split attention (attn_part.comp), when attn_chunk > 0 (vk_device.c's choice on GPUs, or
  * the engine's; else every row runs attn.comp, cpu_scalar's order): a session's rows of a pass,
@@ -542,12 +541,11 @@ static void ds_index(gt_vk_fwd *fw, uint32_t i) {
 /* pipelines, command pool, fence: at the first session */
 /* The query heads a grouped attention workgroup takes (attn_body.glsl's GSZ): the most of 4, 3
  * or 2 that divides the query heads each KV head serves, where the heads fit its tiles (at most
- * 256 values: qs holds 4 of them) and the device its shared memory; 1 (one workgroup per query
- * head) otherwise or with GEIST_DEVICE_ATTN_PER_HEAD. */
+ * 256 values: qs holds 4 of them); 1 (one workgroup per query head) otherwise or with
+ * GEIST_DEVICE_ATTN_PER_HEAD. */
 static uint32_t group_of(const gt_config *cf, const gt_vk_ctx *c) {
-    if (c->attn_per_head || c->props.limits.maxComputeSharedMemorySize < GROUP_SHARED ||
-        cf->n_head_kv < 1 || cf->n_head % cf->n_head_kv || cf->head_dim_k > 256 ||
-        cf->head_dim_v > 256)
+    if (c->attn_per_head || cf->n_head_kv < 1 || cf->n_head % cf->n_head_kv ||
+        cf->head_dim_k > 256 || cf->head_dim_v > 256)
         return 1;
     const uint32_t per_kv = (uint32_t)(cf->n_head / cf->n_head_kv);
     for (uint32_t gsz = GROUP_MAX; gsz > 1; gsz--)

@@ -12,9 +12,18 @@
 // are act_quant.c's, so the bits are; max() of non-negative finite floats is exact in any order.
 #ifndef GEIST_ACTQ_GLSL
 #define GEIST_ACTQ_GLSL
-shared float aq_a[2][64]; // the lanes' partial maxima (fmt 0: by round parity, one barrier a round)
-shared float aq_v[64];    // fmt 1: the values they are of
-shared float aq_ga[8], aq_gv[8]; // fmt 1: the same for each 8 lanes
+// A round's 208 shared floats, ACTQ_SH(i): the includer may define it over shared memory of its
+// own that is free while it quantizes (attn_body.glsl: its scores), else they are declared here.
+// At 0: the lanes' partial maxima [parity][lane] (fmt 0: by round parity, one barrier a round);
+// at 128: fmt 1's values they are of; at 192 and 200: the same for each 8 lanes.
+#ifndef ACTQ_SH
+shared float aq_sh[208];
+#define ACTQ_SH(i) aq_sh[i]
+#endif
+#define AQ_A(par, l) ACTQ_SH((par) * 64u + (l))
+#define AQ_V(l) ACTQ_SH(128u + (l))
+#define AQ_GA(g) ACTQ_SH(192u + (g))
+#define AQ_GV(g) ACTQ_SH(200u + (g))
 float round_away(float v) {
     float a = abs(v), f = floor(a);
     if (a - f >= 0.5) f += 1.0;
@@ -35,10 +44,10 @@ void actq_round(uint x0, uint w0, uint nw, uint lane, bool k256) {
         uint par = (w0 >> 6) & 1u, g0 = lane & ~7u;
         float m = 0.0;
         for (uint k = 0u; k < 4u; k++) m = max(m, abs(x[k]));
-        aq_a[par][lane] = m;
+        AQ_A(par, lane) = m;
         barrier(); // the next round writes the other half: no barrier after the reads
         float amax = 0.0;
-        for (uint j = 0u; j < 8u; j++) amax = max(amax, aq_a[par][g0 + j]);
+        for (uint j = 0u; j < 8u; j++) amax = max(amax, AQ_A(par, g0 + j));
         float d = fdiv_rn(amax, 127.0);
         float id = d != 0.0 ? fdiv_rn(1.0, d) : 0.0;
         for (uint k = 0u; k < 4u; k++) {
@@ -60,27 +69,27 @@ void actq_round(uint x0, uint w0, uint nw, uint lane, bool k256) {
             v = x[k];
         }
     }
-    aq_a[0][lane] = a;
-    aq_v[lane] = v;
+    AQ_A(0u, lane) = a;
+    AQ_V(lane) = v;
     barrier();
     if ((lane & 7u) == 0u) {
         for (uint j = 1u; j < 8u; j++) {
-            float aj = aq_a[0][lane + j];
+            float aj = AQ_A(0u, lane + j);
             if (aj > a) {
                 a = aj;
-                v = aq_v[lane + j];
+                v = AQ_V(lane + j);
             }
         }
-        aq_ga[lane >> 3] = a;
-        aq_gv[lane >> 3] = v;
+        AQ_GA(lane >> 3) = a;
+        AQ_GV(lane >> 3) = v;
     }
-    barrier(); // the next round writes aq_a, aq_v after every lane's reads here
+    barrier(); // the next round writes these floats after every lane's reads here
     float amax = 0.0, maxv = 0.0;
     for (uint j = 0u; j < 8u; j++) {
-        float aj = aq_ga[j];
+        float aj = AQ_GA(j);
         if (aj > amax) {
             amax = aj;
-            maxv = aq_gv[j];
+            maxv = AQ_GV(j);
         }
     }
     float iscale = amax != 0.0 ? fdiv_rn(-127.0, maxv) : 0.0;

@@ -237,6 +237,9 @@ uint q_w0, q_b0, q_hh; // q_hh: the workgroup's head the values are of
 float act_x(uint i) { return qs[QI(q_hh, i)]; }
 void aq_put(uint w, uint word) { AQ[q_w0 + w] = word; }
 void ad_put(uint b, float d) { AD[q_b0 + b] = d; }
+// its rounds' shared floats over the scores (read by no lane once the heads' sums are made:
+// the kernel stays within 32 KiB)
+#define ACTQ_SH(i) ssh[i]
 #include "actq.glsl"
 #define QOUT(k, i, v) qs[QI(k, i)] = (v)
 void quant_out(uint t, uint h, uint k, uint lid) { // head h, the workgroup's k: every lane (barriers)
