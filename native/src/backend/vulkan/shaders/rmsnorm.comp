@@ -16,14 +16,26 @@ void main() {
     uint k = gl_WorkGroupID.x, lid = gl_LocalInvocationID.x;
     uint src = p.gather != 0u ? IN[p.gather_at + k] : k;
     float scale = rms_scale(src * p.n, p.n, p.eps, lid);
-    for (uint i = lid; i < p.n; i += 64u) {
-        precise float v = X[src * p.n + i] * scale;
-        precise float o = v * NW[p.w_off + i];
-        if (p.acc != 0u) {
-            precise float r = Y[k * p.n + i] + o;
-            Y[k * p.n + i] = r;
-        } else {
-            Y[k * p.n + i] = o;
+    // 4 values a lane loaded at once, then written (as rms_scale's loads: not a chain of waits)
+    for (uint i0 = lid; i0 < p.n; i0 += 256u) {
+        float xv[4], wv[4], yv[4];
+        for (uint u = 0u; u < 4u; u++) {
+            uint i = min(i0 + 64u * u, p.n - 1u);
+            xv[u] = X[src * p.n + i];
+            wv[u] = NW[p.w_off + i];
+            yv[u] = p.acc != 0u ? Y[k * p.n + i] : 0.0;
+        }
+        for (uint u = 0u; u < 4u; u++) {
+            uint i = i0 + 64u * u;
+            if (i >= p.n) break;
+            precise float v = xv[u] * scale;
+            precise float o = v * wv[u];
+            if (p.acc != 0u) {
+                precise float r = yv[u] + o;
+                Y[k * p.n + i] = r;
+            } else {
+                Y[k * p.n + i] = o;
+            }
         }
     }
 }

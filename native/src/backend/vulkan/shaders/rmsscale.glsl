@@ -47,9 +47,16 @@ float rms_finish(vec2 s, uint n, float eps, uint lid) {
     return scale;
 }
 #ifndef RMS_FINISH_ONLY
+// the lane's values loaded 8 at once, then summed in order (a load and its use in one loop step
+// waited the memory's latency every step: a decode step's norms are one workgroup's chain)
 float rms_scale(uint x0, uint n, float eps, uint lid) {
     vec2 s = vec2(0.0);
-    for (uint i = lid; i < n; i += 64u) s = ff_add(s, ff_sq(X[x0 + i]));
+    for (uint i0 = lid; i0 < n; i0 += 512u) {
+        float v[8];
+        for (uint u = 0u; u < 8u; u++) v[u] = X[x0 + min(i0 + 64u * u, n - 1u)];
+        for (uint u = 0u; u < 8u; u++)
+            if (i0 + 64u * u < n) s = ff_add(s, ff_sq(v[u]));
+    }
     return rms_finish(s, n, eps, lid);
 }
 #endif
