@@ -148,8 +148,9 @@ enum {
     /* The attention one workgroup per query head (each loading its KV head's tiles for itself),
      * as Metal runs it. By default (vulkan) a workgroup takes up to 4 query heads that share a KV
      * head (grouped-query models: SmolLM2's 3, Gemma 3's 4) and loads each K and V tile once for
-     * them, on rows whose positions fit its shared memory (docs/VULKAN.md). The same bits either
-     * way: for comparison. */
+     * them: on a GPU for a session's prompt rows (more than 16 in a step), on a CPU device for
+     * every step, where the rows' positions fit its shared scores (docs/VULKAN.md "The grouped
+     * attention"). The same bits either way: for comparison. */
     GEIST_DEVICE_ATTN_PER_HEAD = 1u << 4
 };
 
