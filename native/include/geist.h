@@ -98,7 +98,10 @@ typedef struct geist_engine_options {
      * first integrated one, else any other (a CPU implementation such as lavapipe), in the
      * loader's order; a model too big for the chosen device's memory fails to load (nothing is
      * left allocated). A decimal index ("0", "1") picks that device in the loader's order; any
-     * other text picks the first device whose name contains it ("llvmpipe", "NVIDIA").
+     * other text picks the first device whose name contains it ("llvmpipe", "NVIDIA"). Only a
+     * device with Vulkan 1.2, a compute queue and 32 KiB of shared memory a workgroup is usable
+     * (geist's kernels take up to that; phones' GPUs offer 32 KiB, desktop ones more): "auto"
+     * passes over the others, and picking one by index or name fails saying why.
      * Host backends ignore it. */
     const char *device;
     /* Device backends: most bytes of device memory the engine may allocate (weights, KV,
@@ -110,8 +113,8 @@ typedef struct geist_engine_options {
      * system's (libvulkan.so.1, vulkan-1.dll, libvulkan.1.dylib / libMoltenVK.dylib). */
     const char *vulkan_loader;
     /* Device backends (vulkan): how decode rows attend. 1..GEIST_DEVICE_ATTN_CHUNK_MAX (4096):
-     * the split attention, for more of a GPU: a session's rows of a step, when at most 8
-     * (decode), attend over their positions in chunks of this many, one
+     * the split attention, for more of a GPU: a session's rows of a step, when at most 16
+     * (decode, a reply's line), attend over their positions in chunks of this many, one
      * workgroup per (row, head, chunk), the last chunk of a row to finish merging them (at most
      * 64 chunks: on longer contexts a chunk takes a multiple of this); that sums in another order, so logits differ from cpu_scalar's by
      * float rounding and, through the next product's 8-bit activations, sometimes by more

@@ -333,7 +333,7 @@ def _bench_npcs(ns: argparse.Namespace, name: str) -> int:
     from geist.runtime import bench_npcs
 
     eng = geist.Engine(backend=ns.backend, n_threads=ns.threads, attn_chunk=ns.attn_chunk,
-                       int_dot=_INT_DOT[ns.int_dot])
+                       int_dot=_INT_DOT[ns.int_dot], attn_per_head=ns.attn_per_head)
     m = geist.Model.load(_resolve_model(name), engine=eng)
     res = bench_npcs(m, [int(x) for x in ns.npcs.split(",")], tokens=ns.tg)
     if ns.json:
@@ -370,7 +370,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     rows = []
     base_rss = _rss_mib()
     eng = geist.Engine(backend=ns.backend, n_threads=ns.threads, attn_chunk=ns.attn_chunk,
-                       device_profile=ns.profile, int_dot=_INT_DOT[ns.int_dot])
+                       device_profile=ns.profile, int_dot=_INT_DOT[ns.int_dot],
+                       attn_per_head=ns.attn_per_head)
     for name in names:
         path = _resolve_model(name)
         loads: list[float] = []
@@ -510,6 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--int-dot", default="auto", choices=sorted(_INT_DOT),
                    help="vulkan: integer dot product instructions in the quantized products "
                         "(auto: where the device reports them accelerated; same results)")
+    b.add_argument("--attn-per-head", action="store_true",
+                   help="vulkan: the attention one workgroup per query head, not per group of "
+                        "heads sharing a KV head (same results; docs/VULKAN.md)")
     b.add_argument("--profile", action="store_true",
                    help="vulkan: time every dispatch and print the decode's GPU time by role")
     b.add_argument("--vs-llama-cpp", action="store_true",

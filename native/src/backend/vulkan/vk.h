@@ -167,7 +167,7 @@ uint64_t gt_vk_kv_bytes(const gt_dev_kv *kv);
 /* One step, in passes of up to GT_VK_PASS_ROWS rows (vk_forward.c's pass_take). */
 #define GT_VK_PASS_ROWS 512
 /* The shared memory a workgroup of geist's kernels takes at most (the attention's builds: its
- * scores, K/V tiles, query heads; tests/core/test_vulkan.py reads every built kernel's): a
+ * scores, K/V tiles, query heads; tests/core/test_vk_kernels.py reads every built kernel's): a
  * device offering less is not used. Vulkan's minimum is 16 KiB; GPUs offer 32 KiB (phones) to
  * 48 KiB and more. */
 #define GT_VK_SHARED_NEED 32768u

@@ -89,7 +89,7 @@ static const char *const k_pipe_names[P_COUNT] = {
  * attn.comp. */
 #define SPLIT_ROWS 16u
 #define MAX_SPLIT 64u /* attn_merge.glsl's MAX_SPLIT */
-#define SPLIT_SH 3072u /* attn_body.glsl's SH_MAX */
+#define SPLIT_SH 3072u /* attn_body.glsl's SH_TOTAL (one head a workgroup) */
 
 typedef struct vbuf {
     VkBuffer buf;
@@ -598,8 +598,11 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     fw->wide = c->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     fw->attn_group = group_of(&vm->model->cfg, c);
     for (int p = 0; p < P_COUNT; p++) {
+        /* a GPU groups only a prompt's rows (rec_attn): never split (at most SPLIT_ROWS rows)
+         * nor fresh (one row a session), so of the grouped kernels only P_ATTN_G is made there */
         const bool grouped = p >= P_ATTN_G && p <= P_ATTN_PART_FRESH_G;
-        if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) || (grouped && fw->attn_group < 2))
+        if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) ||
+            (grouped && (fw->attn_group < 2 || (fw->wide && p != P_ATTN_G))))
             continue; /* left VK_NULL_HANDLE: never dispatched */
         /* the kernel, or its integer-dot-product build where the device takes those */
         char want[32];
@@ -1410,8 +1413,11 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
      * (grouped, the H200 decoded 15 % slower); a CPU device runs every workgroup's work, so
      * loading each tile once always pays there */
     const uint32_t gsz = r->fw->attn_group;
+    const int pg = fr.on ? (sp.n > 1 ? P_ATTN_PART_FRESH_G : P_ATTN_FRESH_G)
+                         : (sp.n > 1 ? P_ATTN_PART_G : P_ATTN_G);
     const bool grp_on = gsz > 1 && (sp.n > 1 ? sp.ch : n_ctx) <= GROUP_SH / gsz &&
-                        (!r->wide || G->n > (int32_t)SPLIT_ROWS);
+                        (!r->wide || G->n > (int32_t)SPLIT_ROWS) &&
+                        r->fw->pipe[pg] != VK_NULL_HANDLE;
     const uint32_t heads = (uint32_t)G->n * (uint32_t)cf->n_head / (grp_on ? gsz : 1u);
     if (fr.on) {
         if (sp.n == 1) pc.ch = 0; /* unused by attn.comp (n_ctx varies by step: the plan would) */

@@ -92,10 +92,11 @@ layout(constant_id = 0) const uint GSZ = 1u; // query heads a workgroup
 shared float red[64];
 // The row's scores / weights in shared memory when they fit (SHP positions a head), else in S:
 // the same values either way; the output loop's weights then come without a global load each. A
-// chunk of the split always fits (vk_forward.c's sh_cap).
+// chunk of the split always fits (vk_forward.c's SPLIT_SH, GROUP_SH: SH_TOTAL).
 const uint SHP = SH_TOTAL / GSZ;
 shared float ssh[SH_TOTAL];
-// Tiles of K or V rows (VT_FLOATS values: 64 positions of a head of 64, 16 of 256), loaded by
+// Tiles of K or V rows (VT_FLOATS values: 64 positions of a head of 64, 63 of its K rows in the
+// grouped builds, 16 of 256), loaded by
 // the whole workgroup at once, a tile's positions in one segment (prefix, own cache, stage: one
 // buffer, one mode), its INT8 rows' scales in tsc; K rows hk + 1 floats apart (lane jj reads row
 // jj: an odd stride keeps the lanes on different banks), V rows hv apart (lane i reads value i);
