@@ -40,6 +40,9 @@ expect() { # model prompts tokens -> the expected file's path
 }
 for m in $FIXTURES; do expect "$m" "$OUT/fixture_prompts.txt" 8 >/dev/null; done
 
+# each emulated run's limit: a hang (a lost wake-up under emulation once held a run for good)
+# fails its suite with the run's name instead of holding the whole CI
+RUN_LIMIT=600
 run_suite() { # label dir exe-suffix smol-prompts smol-tokens stress-tokens prefix...
     # runs the C tests and geist_runner through the prefix (wine64, qemu); stress-tokens: the
     # runtime stress test's tokens on SmolLM2 (0: without a model, it skips)
@@ -88,7 +91,8 @@ if [ -x "$WINE" ] && [ -x build/windows-x86_64-release/tests/test_gguf.exe ]; th
     WINESERVER=/usr/lib/wine/wineserver64
     [ -x "$WINESERVER" ] && "$WINESERVER" -p
     "$WINE" wineboot -i >/dev/null 2>&1 || true
-    run_suite "windows-x86_64 (wine64)" build/windows-x86_64-release .exe "$PROMPTS" 32 300 "$WINE" ||
+    run_suite "windows-x86_64 (wine64)" build/windows-x86_64-release .exe "$PROMPTS" 32 300 \
+        timeout "$RUN_LIMIT" "$WINE" ||
         fails=$((fails + 1))
     if [ -x "$WINESERVER" ]; then "$WINESERVER" -k >/dev/null 2>&1 || true; fi
 else
@@ -97,7 +101,7 @@ fi
 if command -v qemu-aarch64-static >/dev/null && [ -x build/linux-arm64-release/tests/test_gguf ]; then
     for cpu in max cortex-a53; do
         run_suite "linux-arm64 (qemu -cpu $cpu)" build/linux-arm64-release "" "$OUT/prompts2.txt" 16 0 \
-            qemu-aarch64-static -cpu "$cpu" || fails=$((fails + 1))
+            timeout "$RUN_LIMIT" qemu-aarch64-static -cpu "$cpu" || fails=$((fails + 1))
     done
 else
     echo "WARNING: qemu-aarch64-static or the linux-arm64 build missing: arm64 not tested" >&2

@@ -65,7 +65,7 @@ static inline void cpu_relax(void) {
  * Each claim takes a share of what is left (remaining / (2 x threads), at least one): a claim
  * moves the word's cache line between cores (~0.1-0.3 us on a large Xeon's mesh), and one claim
  * per task cost ~13 % of a batched decode step; the shrinking shares keep the end balanced. */
-static void run_tasks(gt_pool *p, float *scratch) {
+static void run_tasks(gt_pool *p, float *scratch, bool worker) {
     long long ran = 0;
     unsigned long long count = 0;
     const unsigned long long split = 2 * (unsigned long long)(p->n_workers + 1);
@@ -83,14 +83,17 @@ static void run_tasks(gt_pool *p, float *scratch) {
         c = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
     if (ran == 0) return;
-    /* seq_cst pairs with the caller's store of `waiting` and load of `done`: either it sees
-     * this addition or this thread sees it waiting */
-    const long long d = atomic_fetch_add_explicit(&p->done, ran, memory_order_seq_cst) + ran;
-    if ((unsigned long long)d == count && atomic_load_explicit(&p->waiting, memory_order_seq_cst)) {
-        pthread_mutex_lock(&p->lock);
-        pthread_cond_signal(&p->done_cv);
-        pthread_mutex_unlock(&p->lock);
-    }
+    const long long d = atomic_fetch_add_explicit(&p->done, ran, memory_order_acq_rel) + ran;
+    if (!worker || (unsigned long long)d != count) return;
+    /* A worker that finished the job wakes the caller if it sleeps: `waiting` read under the
+     * lock, which the caller holds from setting it until it sleeps, so either this thread sees
+     * it or the caller sees `done` complete. (A pair of seq_cst accesses, the store of one flag
+     * and the load of the other on each side, lost that wake-up under qemu's aarch64 emulation,
+     * which does not keep a store before a load to another address in order: both threads
+     * slept for good.) */
+    pthread_mutex_lock(&p->lock);
+    if (atomic_load_explicit(&p->waiting, memory_order_relaxed)) pthread_cond_signal(&p->done_cv);
+    pthread_mutex_unlock(&p->lock);
 }
 
 static void *worker_main(void *arg) {
@@ -111,7 +114,7 @@ static void *worker_main(void *arg) {
         }
         seen = g;
         if (atomic_load(&p->stop)) break;
-        run_tasks(p, w->scratch);
+        run_tasks(p, w->scratch, true);
     }
     return NULL;
 }
@@ -212,15 +215,15 @@ void gt_pool_run(gt_pool *p, int64_t n_tasks, size_t scratch_floats, gt_pool_fn 
                               ((unsigned long long)n_tasks << CLAIM_BITS),
                           memory_order_release);
     publish(p);
-    run_tasks(p, caller_scratch);
+    run_tasks(p, caller_scratch, false);
     /* no task is left to take: wait for those the workers took */
     {
         for (int i = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks && i < SPIN_ITERS; i++)
             cpu_relax();
         if (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks) {
             pthread_mutex_lock(&p->lock);
-            atomic_store_explicit(&p->waiting, true, memory_order_seq_cst);
-            while (atomic_load_explicit(&p->done, memory_order_seq_cst) < n_tasks)
+            atomic_store_explicit(&p->waiting, true, memory_order_relaxed);
+            while (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks)
                 pthread_cond_wait(&p->done_cv, &p->lock);
             atomic_store_explicit(&p->waiting, false, memory_order_relaxed);
             pthread_mutex_unlock(&p->lock);
