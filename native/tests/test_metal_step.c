@@ -17,14 +17,7 @@
 #include "util/ggml_types.h"
 #include "util/platform.h"
 
-static int fails = 0;
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);                                    \
-            fails++;                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 static gt_config toy_config(void) {
     gt_config c;

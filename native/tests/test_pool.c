@@ -13,14 +13,7 @@
 
 #include "util/pool.h"
 
-static int fails = 0;
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);                                    \
-            fails++;                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 #define MAX_JOB_TASKS 8
 

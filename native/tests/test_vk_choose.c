@@ -8,14 +8,7 @@
 #ifdef GEIST_HAVE_VULKAN
 #include "backend/vulkan/vk.h"
 
-static int fails = 0;
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);                                    \
-            fails++;                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 static gt_vk_cand cand(const char *name, VkPhysicalDeviceType t, bool usable) {
     gt_vk_cand c;
