@@ -510,16 +510,28 @@ PREFILL = [int(v) for v in np.random.default_rng(5).integers(1, 300, 45)]
 _SMOL = {"d_model": 576, "n_head": 9, "n_head_kv": 3, "head_dim": 64, "d_ff": 352}
 
 
+def _session_rows(m: geist.Model, max_seq: int, kv_mode: str, prefill: list[int],
+                  evals: list[list[int]], steps: list[int]) -> list[np.ndarray]:
+    """The logits of a new session's steps: `prefill` (the last row's; none if empty), each of
+    `evals` (every row's), then a step per token of `steps`."""
+    s = m.session(max_seq_len=max_seq, kv_mode=kv_mode)
+    rows = []
+    if prefill:
+        s.prefill(prefill)
+        rows.append(s.logits().copy())
+    for ids in evals:
+        rows += list(s.eval(ids))
+    for t in steps:
+        s.step(t)
+        rows.append(s.logits())
+    s.close()
+    return rows
+
+
 def _prefill_rows(path: Path, backend: str, vk: geist.Engine | None) -> np.ndarray:
     eng, own = _engine(backend, vk)
     with geist.Model.load(path, engine=eng) as m:
-        s = m.session(max_seq_len=96, kv_mode="f16")
-        rows = list(s.eval(PREFILL))
-        rows += list(s.eval(PREFILL[:13]))
-        for t in PREFILL[:3]:
-            s.step(t)
-            rows.append(s.logits())
-        s.close()
+        rows = _session_rows(m, 96, "f16", [], [PREFILL, PREFILL[:13]], PREFILL[:3])
     if own:
         eng.close()
     return np.stack(rows)
@@ -552,14 +564,7 @@ def _long_rows(path: Path, backend: str, vk: geist.Engine | None) -> tuple[np.nd
     eng, own = _engine(backend, vk)
     with geist.Model.load(path, engine=eng) as m:
         before = m.device_stats()["passes"] if backend == "vulkan" else 0
-        s = m.session(max_seq_len=256, kv_mode="f16")
-        s.prefill(LONG)  # only the last row's logits
-        rows = [s.logits().copy()]
-        rows += list(s.eval(LONG[:100]))  # every row's
-        for t in LONG[:3]:
-            s.step(t)
-            rows.append(s.logits())
-        s.close()
+        rows = _session_rows(m, 256, "f16", LONG, [LONG[:100]], LONG[:3])
         passes = m.device_stats()["passes"] - before if backend == "vulkan" else 0
     if own:
         eng.close()
@@ -608,18 +613,10 @@ def test_wide_steps_beside_split_decode_rows_match_each_alone() -> None:
 GROUPED = [int(v) for v in np.random.default_rng(13).integers(1, 300, 700)]
 
 
-def _grouped_rows(path: Path, eng: geist.Engine | None, kv_mode: str) -> np.ndarray:
-    own = eng is None
-    eng = eng or geist.Engine(backend="cpu_scalar")
+def _grouped_rows(path: Path, backend: str, vk: geist.Engine | None, kv_mode: str) -> np.ndarray:
+    eng, own = _engine(backend, vk)
     with geist.Model.load(path, engine=eng) as m:
-        s = m.session(max_seq_len=768, kv_mode=kv_mode)
-        s.prefill(GROUPED[:600])
-        rows = [s.logits().copy()]
-        rows += list(s.eval(GROUPED[600:]))
-        for t in GROUPED[:6]:
-            s.step(t)
-            rows.append(s.logits())
-        s.close()
+        rows = _session_rows(m, 768, kv_mode, GROUPED[:600], [GROUPED[600:]], GROUPED[:6])
     if own:
         eng.close()
     return np.stack(rows)
@@ -632,12 +629,12 @@ def test_grouped_attention_matches_per_head_bit_for_bit(family: str, weight_type
                                                         sizes: dict[str, int],
                                                         kv_mode: str) -> None:
     path = testing.family_fixture_path(family, weight_type, n_ctx=1024, **sizes)
-    ref = _grouped_rows(path, None, kv_mode)
+    ref = _grouped_rows(path, "cpu_scalar", None, kv_mode)
     for chunk in (EXACT, SPLIT):
         got = {}
         for per_head in (False, True):
             eng = geist.Engine(backend="vulkan", attn_chunk=chunk, attn_per_head=per_head)
-            got[per_head] = _grouped_rows(path, eng, kv_mode)
+            got[per_head] = _grouped_rows(path, "vulkan", eng, kv_mode)
             eng.close()
         assert np.array_equal(got[False], got[True]), (chunk, max(
             _rel(a, b) for a, b in zip(got[True], got[False], strict=True)))
