@@ -538,7 +538,6 @@ static void ds_index(gt_vk_fwd *fw, uint32_t i) {
     fw->ds_hash[k] = i + 1;
 }
 
-/* pipelines, command pool, fence: at the first session */
 /* The query heads a grouped attention workgroup takes (attn_body.glsl's GSZ): the most of 4, 3
  * or 2 that divides the query heads each KV head serves, where the heads fit its tiles (at most
  * 256 values: qs holds 4 of them); 1 (one workgroup per query head) otherwise or with
@@ -553,6 +552,7 @@ static uint32_t group_of(const gt_config *cf, const gt_vk_ctx *c) {
     return 1;
 }
 
+/* pipelines, command pool, fence: at the first session */
 static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     gt_vk_fwd *fw = vm->fwd;
     gt_vk_ctx *c = vm->ctx;
