@@ -127,6 +127,43 @@ def test_cancel_within_one_step_and_session_consistent(model: geist.Model) -> No
         eng.configure_runtime(RuntimeOptions())
 
 
+def test_cancel_inside_a_prompt_leaves_no_stale_logits(model: geist.Model) -> None:
+    # A session with logits, then a request whose prompt runs over several steps (2 rows a step,
+    # the slow runtime above), cancelled inside it: the session holds the prompt's first rows but
+    # not logits after them, so it has none (the old logits were an earlier position's and a
+    # request with an empty prompt sampled them).
+    eng = model._engine
+    prompt = prompts(model, 1, 40)[0]
+    try:
+        for attempt in range(5):
+            eng.configure_runtime(RuntimeOptions(budget_ms=0.01, period_ms=2.0, prefill_chunk=2))
+            with model.session(max_seq_len=128) as s:
+                s.prefill([3, 4, 5])
+                before = s.logits()
+                h = s.submit(prompt, max_tokens=4, temperature=0.0)
+                time.sleep(0.05 * (attempt + 1))
+                h.cancel()
+                assert h.result(30).finish_reason == "cancelled"
+                eng.configure_runtime(RuntimeOptions())
+                ran = s.n_past - 3
+                if not 0 < ran < len(prompt):
+                    continue  # the cancel came before the first step or after the prompt
+                with pytest.raises(StateError):
+                    s.logits()
+                with pytest.raises(geist.errors.InvalidArgumentError, match="without logits"):
+                    s.submit([], max_tokens=1).result(30)
+                # and the session goes on from its rows as a fresh one would
+                s.decode(prompt[ran])
+                with model.session(max_seq_len=128) as fresh:
+                    fresh.prefill([3, 4, 5, *prompt[: ran + 1]])
+                    np.testing.assert_array_equal(s.logits(), fresh.logits())
+                assert not np.array_equal(before, s.logits())
+                return
+        pytest.fail("the cancel never landed inside the prompt")
+    finally:
+        eng.configure_runtime(RuntimeOptions())
+
+
 def test_priority_first_and_fair_progress(model: geist.Model) -> None:
     eng = model._engine
     eng.configure_runtime(RuntimeOptions(max_batch=1, budget_ms=1.0, period_ms=20.0))

@@ -556,7 +556,7 @@ static geist_status device_forward(const geist_model *m, const gt_batch_row *row
         if (t + 1 == n || rows[t + 1].s != rows[t].s) {
             geist_session *s = rows[t].s;
             s->n_past = rows[t].pos + 1;
-            if (rows[t].logits == s->logits) s->has_logits = true;
+            s->has_logits = rows[t].logits == s->logits; /* else they were an earlier position's */
         }
     return GEIST_OK;
 }
@@ -618,7 +618,7 @@ geist_status gt_forward_batch(const geist_model *m, const gt_batch_row *rows, in
         const gt_batch_row *last = &rows[sc->groups[g].r0 + sc->groups[g].n - 1];
         geist_session *s = last->s;
         s->n_past = last->pos + 1;
-        if (last->logits == s->logits) s->has_logits = true;
+        s->has_logits = last->logits == s->logits; /* else they were an earlier position's */
     }
     return GEIST_OK;
 }

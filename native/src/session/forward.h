@@ -22,7 +22,8 @@ uint64_t gt_fwd_scratch_bytes(const gt_fwd_scratch *sc);
 
 /* Runs n rows (all sessions of model m; the caller checked ids and capacity). Afterwards each
  * session's n_past has grown by its rows; a session whose last row has logits == s->logits has
- * has_logits set. Row results do not depend on which other rows share the batch. */
+ * has_logits set, any other has it cleared (its logits were an earlier position's). Row results
+ * do not depend on which other rows share the batch. */
 geist_status gt_forward_batch(const geist_model *m, const gt_batch_row *rows, int32_t n,
                               gt_fwd_scratch *sc, gt_err *err);
 
