@@ -16,8 +16,9 @@
  *     kernels accumulate by fused multiply-adds (their own order, not the canonical one), so
  *     there the logits differ from cpu_scalar's by rounding, which quantized activations can
  *     turn into parting greedy ids (tests/core/test_cpu_x86.py says what is checked there).
- * A backend that sets no `simd` (0) gets the plain loops. The sampler of a runtime request follows
- * the same permission (runtime/runtime.c); a standalone geist_sampler uses the CPU's best. */
+ * A backend that sets no `simd` (0) gets the plain loops. The sampler of a runtime request on a
+ * host backend follows the same permission (gen/gen.c); on a device backend, and as a standalone
+ * geist_sampler, it uses the CPU's best (the same ids). */
 #ifndef GEIST_BACKEND_H
 #define GEIST_BACKEND_H
 

@@ -362,15 +362,28 @@ static SAMPLE_AVX2 void sanitize_avx2(float *w, const float *logits, size_t n) {
 }
 
 static SAMPLE_AVX2 int32_t argmax_avx2(const float *w, size_t n) {
-    __m256 m = _mm256_set1_ps(-INFINITY);
+    /* four running maxima (one would wait on max's latency every 8 values) */
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(w + i), m); /* NaN: keeps m */
+    for (; i + 32 <= n; i += 32) { /* NaN: keeps m */
+        m0 = _mm256_max_ps(_mm256_loadu_ps(w + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(w + i + 8), m1);
+        m2 = _mm256_max_ps(_mm256_loadu_ps(w + i + 16), m2);
+        m3 = _mm256_max_ps(_mm256_loadu_ps(w + i + 24), m3);
+    }
+    const __m256 m = _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3));
     float l[8], bv = -INFINITY;
     _mm256_storeu_ps(l, m);
     for (int k = 0; k < 8; k++) bv = l[k] > bv ? l[k] : bv;
     for (; i < n; i++) bv = w[i] > bv ? w[i] : bv;
     if (bv == -INFINITY) return -1;
-    for (i = 0; i < n; i++)
+    const __m256 b = _mm256_set1_ps(bv); /* its first id, 8 at a time */
+    for (i = 0; i + 8 <= n; i += 8) {
+        const unsigned eq = (unsigned)_mm256_movemask_ps(
+            _mm256_cmp_ps(_mm256_loadu_ps(w + i), b, _CMP_EQ_OQ));
+        if (eq) return (int32_t)(i + (size_t)__builtin_ctz(eq));
+    }
+    for (; i < n; i++)
         if (w[i] == bv) return (int32_t)i;
     return -1;
 }
@@ -393,6 +406,90 @@ static void sanitize(float *w, const float *logits, size_t n, gt_simd simd) {
 static int32_t argmax(const float *w, size_t n, gt_simd simd) {
     return has_avx2(simd) ? argmax_avx2(w, n) : argmax_scalar(w, n);
 }
+
+/* ---- top-k in one pass over the logits (the default chain: top_k 40 of 262,144 for Gemma 3) --
+ * The k best candidates in the total order, without listing every candidate first (that list
+ * and its selection were ~1 ms a draw over 262,144 logits): a heap of the k best so far, worst
+ * on top (sift_down's order), and one pass in which an id enters only when its value beats the
+ * heap's worst. Ids arrive in increasing order, so an equal value is worse and never enters: the
+ * comparison is a plain float >, which SIMD makes 8 at a time (NaN and -inf never pass it).
+ * While the heap fills, its worst is -inf. The candidates' scaled logits s = x / T keep the
+ * floats' order strictly (distinct floats stay distinct doubles), so the set, and after
+ * heap_sort its order, is exactly what select_best gives on the full list. c[i].w holds the
+ * float value meanwhile (softmax overwrites it). Returns the number of candidates (ids neither
+ * NaN nor -inf); c[0..k) is the result only when k < that number. Values in rising order would
+ * enter one after another (n log k): past TOPK_ENTRIES the pass gives up (SIZE_MAX) and the
+ * full list takes over; logits in no such order enter about k (1 + ln(n / k)) times. */
+#define TOPK_ENTRIES(n, k) ((k) + (n) / 16)
+static inline void topk_offer(gt_cand *c, size_t k, size_t *filled, float *thr, float x,
+                              int32_t id, double inv_t) {
+    if (x == INFINITY) x = FLT_MAX;
+    if (!(x > *thr)) return; /* +inf mapped onto an FLT_MAX already kept */
+    ++*filled;
+    if (*filled <= k) {
+        const size_t at = *filled - 1;
+        c[at].s = (double)x * inv_t;
+        c[at].w = (double)x;
+        c[at].id = id;
+        if (*filled == k) {
+            for (size_t i = k / 2; i-- > 0;) sift_down(c, i, k);
+            *thr = (float)c[0].w;
+        }
+        return;
+    }
+    c[0].s = (double)x * inv_t;
+    c[0].w = (double)x;
+    c[0].id = id;
+    sift_down(c, 0, k);
+    *thr = (float)c[0].w;
+}
+
+static size_t topk_scalar(const float *w, size_t n, gt_cand *c, size_t k, double inv_t) {
+    size_t filled = 0, nc = 0;
+    const size_t limit = TOPK_ENTRIES(n, k);
+    float thr = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        const float x = w[i];
+        nc += x == x && x != -INFINITY;
+        if (x > thr) {
+            topk_offer(c, k, &filled, &thr, x, (int32_t)i, inv_t);
+            if (filled > limit) return SIZE_MAX;
+        }
+    }
+    return nc;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+static SAMPLE_AVX2 size_t topk_avx2(const float *w, size_t n, gt_cand *c, size_t k,
+                                    double inv_t) {
+    size_t filled = 0, nc = 0, i = 0;
+    const size_t limit = TOPK_ENTRIES(n, k);
+    float thr = -INFINITY;
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(w + i);
+        nc += (size_t)__builtin_popcount((unsigned)_mm256_movemask_ps(
+            _mm256_cmp_ps(x, ninf, _CMP_NEQ_OQ))); /* false for NaN and -inf */
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_set1_ps(thr), _CMP_GT_OQ));
+        while (m) { /* in id order; thr rises as they enter */
+            const unsigned b = (unsigned)__builtin_ctz(m);
+            m &= m - 1;
+            if (w[i + b] > thr) topk_offer(c, k, &filled, &thr, w[i + b], (int32_t)(i + b), inv_t);
+        }
+        if (filled > limit) return SIZE_MAX;
+    }
+    for (; i < n; i++) {
+        const float x = w[i];
+        nc += x == x && x != -INFINITY;
+        if (x > thr) topk_offer(c, k, &filled, &thr, x, (int32_t)i, inv_t);
+    }
+    return nc;
+}
+#else
+static size_t topk_avx2(const float *w, size_t n, gt_cand *c, size_t k, double inv_t) {
+    return topk_scalar(w, n, c, k, inv_t);
+}
+#endif
 
 void gt_sampler_set_simd(geist_sampler *s, gt_simd simd) { s->simd = simd; }
 
@@ -418,9 +515,19 @@ geist_status gt_sampler_sample(geist_sampler *s, const float *logits, int32_t *o
     }
 
     gt_cand *c = s->cand;
-    size_t nc = 0;
+    size_t nc = 0, sorted = 0;
     double inv_t = 1.0 / (double)o->temperature;
-    for (size_t i = 0; i < n; i++) {
+    if (o->top_k > 0 && (size_t)o->top_k <= GT_SAMPLER_TOPK_PASS) {
+        const size_t k = (size_t)o->top_k;
+        nc = has_avx2(s->simd) ? topk_avx2(w, n, c, k, inv_t) : topk_scalar(w, n, c, k, inv_t);
+        if (nc != SIZE_MAX && k < nc) {
+            heap_sort(c, k);
+            nc = sorted = k;
+        } else {
+            nc = 0; /* k keeps every candidate: the full list below */
+        }
+    }
+    for (size_t i = 0; i < n && !sorted; i++) {
         float x = w[i];
         if (isnan(x) || x == -INFINITY) continue;
         if (x == INFINITY) x = FLT_MAX;
@@ -434,8 +541,7 @@ geist_status gt_sampler_sample(geist_sampler *s, const float *logits, int32_t *o
                        "sampler: no candidate token (every logit is -inf after penalties, bias "
                        "and hook)");
 
-    size_t sorted = 0;
-    if (o->top_k > 0 && (size_t)o->top_k < nc) {
+    if (!sorted && o->top_k > 0 && (size_t)o->top_k < nc) {
         ensure_sorted(c, nc, (size_t)o->top_k, &sorted);
         nc = (size_t)o->top_k;
     }

@@ -41,6 +41,10 @@
 #include "../util/util.h"
 #include "geist.h"
 
+/* Largest top_k that sample() selects in one pass over the logits (sampler.c's top-k pass);
+ * a larger one lists every candidate and selects from the list (the same tokens, slower). */
+#define GT_SAMPLER_TOPK_PASS 1024
+
 /* Largest penalty_last_n accepted (the ring is allocated up front). */
 #define GT_SAMPLER_MAX_PENALTY_WINDOW (1 << 20)
 
