@@ -255,7 +255,8 @@ GEIST_API geist_status geist_model_memory(const geist_model *model, geist_memory
 /* A device backend's forward-pass counters since the model's load (geist bench --backend vulkan
  * prints them as the per-step time split); all 0 on the CPU backends and before the first device
  * step. passes: command buffers submitted (a step of more rows than one pass holds takes
- * several); rows: rows run; logit_rows: rows whose logits came back; dispatches and barriers:
+ * several); rows: rows run; logit_rows: rows whose logits came back (id_rows: rows whose greedy
+ * id alone did); dispatches and barriers:
  * inside those passes; recorded: passes whose commands were recorded anew (the others resubmitted
  * the previous pass's recording unchanged). Host time in nanoseconds: plan_ns (the pass's inputs
  * and command list), record_ns (recording a command buffer, when one was), wait_ns (submit until
@@ -278,6 +279,7 @@ typedef enum geist_device_role {
     GEIST_ROLE_FFN_DOWN,    /* the down product into the residual (post-norm included) */
     GEIST_ROLE_OUTPUT,      /* the output norm and the logits product */
     GEIST_ROLE_LOGITS_COPY, /* the logits into host-readable memory */
+    GEIST_ROLE_ARGMAX,      /* greedy ids picked on the device (rows that want only those) */
     GEIST_DEVICE_ROLES
 } geist_device_role;
 
@@ -286,6 +288,8 @@ typedef struct geist_device_stats {
     uint64_t passes, rows, logit_rows, dispatches, barriers, recorded;
     uint64_t plan_ns, record_ns, wait_ns, readback_ns, gpu_ns, gpu_timed;
     uint64_t role_ns[16], role_calls[16]; /* GEIST_DEVICE_ROLES of them used (profiling) */
+    uint64_t id_rows; /* rows whose greedy token was picked on the device: only its id came back
+                       * (the runtime's greedy requests; their logits stayed there) */
 } geist_device_stats;
 
 GEIST_API geist_status geist_model_device_stats(const geist_model *model, geist_device_stats *out);

@@ -76,25 +76,8 @@ static int make_pipelines(runner *r) {
                                              .pushConstantRangeCount = 1,
                                              .pPushConstantRanges = &pcr};
     if (c->f.CreatePipelineLayout(c->dev, &plci, NULL, &r->pl) != VK_SUCCESS) return 1;
-    for (int k = 0; k < GT_MTL_K_COUNT; k++) {
-        const gt_vk_spv *s = NULL;
-        for (int i = 0; i < gt_vk_n_shaders && !s; i++)
-            if (strcmp(gt_vk_shaders[i].name, gt_mtl_kernels[k].name) == 0) s = &gt_vk_shaders[i];
-        if (!s) return 1;
-        const VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                               .codeSize = s->size, .pCode = s->code};
-        VkShaderModule mod;
-        if (c->f.CreateShaderModule(c->dev, &smci, NULL, &mod) != VK_SUCCESS) return 1;
-        const VkComputePipelineCreateInfo cpci = {
-            .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-            .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                      .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main"},
-            .layout = r->pl};
-        const VkResult vr =
-            c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &cpci, NULL, &r->pipe[k]);
-        c->f.DestroyShaderModule(c->dev, mod, NULL);
-        if (vr != VK_SUCCESS) return 1;
-    }
+    for (int k = 0; k < GT_MTL_K_COUNT; k++)
+        if (vk_pipeline_make(c, gt_mtl_kernels[k].name, r->pl, &r->pipe[k])) return 1;
     const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                      (uint32_t)r->max_ds * GT_MTL_N_BIND};
     const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,

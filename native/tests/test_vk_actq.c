@@ -15,7 +15,6 @@
 #ifdef GEIST_HAVE_VULKAN
 #include "backend/act_quant.h"
 #include "backend/vulkan/vk.h"
-#include "backend/vulkan/vk_spv.h"
 #include "vk_hbuf.h"
 
 #define NB256 40 /* blocks of 256 */
@@ -60,32 +59,6 @@ static void fill(float *x) {
     b[255] = -1e-3f;
 }
 
-/* quant.comp over x's first n_blocks blocks of fmt into aq / ad, as vk_forward.c dispatches it */
-static int run_quant(gt_vk_ctx *c, VkPipeline pipe, VkPipelineLayout pl, VkDescriptorSet set,
-                     VkCommandBuffer cb, VkFence fence, uint32_t fmt, uint32_t n_blocks) {
-    const uint32_t pc[3] = {256, n_blocks, fmt};
-    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-    if (c->f.ResetCommandBuffer(cb, 0) != VK_SUCCESS ||
-        c->f.BeginCommandBuffer(cb, &bi) != VK_SUCCESS)
-        return 1;
-    c->f.CmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
-    c->f.CmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pl, 0, 1, &set, 0, NULL);
-    c->f.CmdPushConstants(cb, pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, pc);
-    c->f.CmdDispatch(cb, fmt ? n_blocks : (n_blocks + 7) / 8, 1, 1);
-    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-                                .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
-    c->f.CmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT,
-                            0, 1, &mb, 0, NULL, 0, NULL);
-    if (c->f.EndCommandBuffer(cb) != VK_SUCCESS) return 1;
-    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
-                             .pCommandBuffers = &cb};
-    return c->f.ResetFences(c->dev, 1, &fence) != VK_SUCCESS ||
-           c->f.QueueSubmit(c->queue, 1, &si, fence) != VK_SUCCESS ||
-           c->f.WaitForFences(c->dev, 1, &fence, VK_TRUE, UINT64_MAX) != VK_SUCCESS;
-}
-
 /* the device's bytes and scales against the CPU's row; the first difference, or 0 */
 static int compare(const float *x, const hbuf *aq, const hbuf *ad, int fmt, int64_t n) {
     const gt_act_format f = fmt ? GT_ACTF_Q8_256 : GT_ACTF_Q8_32;
@@ -117,93 +90,31 @@ static int run(void) {
     const gt_dev_options vo = {0};
     gt_vk_ctx *c = NULL;
     if (gt_vk_ctx_create(&vo, &c, &err) != GEIST_OK) return fail(err.msg);
-    const gt_vk_spv *s = NULL;
-    for (int i = 0; i < gt_vk_n_shaders && !s; i++)
-        if (strcmp(gt_vk_shaders[i].name, "quant") == 0) s = &gt_vk_shaders[i];
-    if (!s) return fail("no quant shader");
     hbuf xb, aq, ad;
-    if (hbuf_make(c, N * 4, &xb) || hbuf_make(c, N, &aq) || hbuf_make(c, N / 32 * 4, &ad))
-        return fail("buffers");
-    fill((float *)xb.map);
-    const uint32_t slot[3] = {2, 4, 5};
-    const VkBuffer bufs[3] = {xb.b, aq.b, ad.b};
-    VkDescriptorSetLayoutBinding lb[3];
-    for (int i = 0; i < 3; i++)
-        lb[i] = (VkDescriptorSetLayoutBinding){.binding = slot[i],
-                                               .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                               .descriptorCount = 1,
-                                               .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
-    const VkDescriptorSetLayoutCreateInfo dci = {
-        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = 3,
-        .pBindings = lb};
-    const VkPushConstantRange pcr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 12};
-    VkDescriptorSetLayout dsl;
-    VkPipelineLayout pl;
-    VkShaderModule mod;
-    VkPipeline pipe;
-    VkDescriptorPool dpool;
-    VkDescriptorSet set;
-    VkCommandBuffer cb;
-    VkFence fence;
-    if (c->f.CreateDescriptorSetLayout(c->dev, &dci, NULL, &dsl) != VK_SUCCESS) return fail("dsl");
-    const VkPipelineLayoutCreateInfo plci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
-                                             .setLayoutCount = 1, .pSetLayouts = &dsl,
-                                             .pushConstantRangeCount = 1,
-                                             .pPushConstantRanges = &pcr};
-    if (c->f.CreatePipelineLayout(c->dev, &plci, NULL, &pl) != VK_SUCCESS) return fail("layout");
-    const VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                           .codeSize = s->size, .pCode = s->code};
-    if (c->f.CreateShaderModule(c->dev, &smci, NULL, &mod) != VK_SUCCESS) return fail("module");
-    const VkComputePipelineCreateInfo cpci = {
-        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                  .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main"},
-        .layout = pl};
-    if (c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &cpci, NULL, &pipe) != VK_SUCCESS)
-        return fail("pipeline");
-    c->f.DestroyShaderModule(c->dev, mod, NULL);
-    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 3};
-    const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-                                             .maxSets = 1, .poolSizeCount = 1, .pPoolSizes = &ps};
-    if (c->f.CreateDescriptorPool(c->dev, &dpci, NULL, &dpool) != VK_SUCCESS) return fail("pool");
-    const VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                                            .descriptorPool = dpool, .descriptorSetCount = 1,
-                                            .pSetLayouts = &dsl};
-    if (c->f.AllocateDescriptorSets(c->dev, &ai, &set) != VK_SUCCESS) return fail("set");
-    VkDescriptorBufferInfo dbi[3];
-    VkWriteDescriptorSet wr[3];
-    for (int i = 0; i < 3; i++) {
-        dbi[i] = (VkDescriptorBufferInfo){bufs[i], 0, VK_WHOLE_SIZE};
-        wr[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-                                       .dstSet = set, .dstBinding = slot[i], .descriptorCount = 1,
-                                       .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                       .pBufferInfo = &dbi[i]};
-    }
-    c->f.UpdateDescriptorSets(c->dev, 3, wr, 0, NULL);
-    const VkCommandBufferAllocateInfo cai = {
-        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = c->pool,
-        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
-    const VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if (c->f.AllocateCommandBuffers(c->dev, &cai, &cb) != VK_SUCCESS ||
-        c->f.CreateFence(c->dev, &fci, NULL, &fence) != VK_SUCCESS)
-        return fail("command buffer");
+    vk_kernel k = {0};
     int rc = 0;
+    if (hbuf_make(c, N * 4, &xb) || hbuf_make(c, N, &aq) || hbuf_make(c, N / 32 * 4, &ad)) {
+        rc = fail("buffers");
+    } else {
+        fill((float *)xb.map);
+        const uint32_t slot[3] = {2, 4, 5};
+        const VkBuffer bufs[3] = {xb.b, aq.b, ad.b};
+        if (vk_kernel_make(c, "quant", 3, slot, bufs, 12, &k)) rc = fail("the quant kernel");
+    }
     for (uint32_t fmt = 0; fmt < 2 && !rc; fmt++) {
         memset(aq.map, 0x5A, N); /* what the device does not write stays visibly wrong */
         memset(ad.map, 0x5A, N / 32 * 4);
         const uint32_t nb = fmt ? NB256 : NB32;
-        if (run_quant(c, pipe, pl, set, cb, fence, fmt, nb)) rc = fail("submit");
+        /* quant.comp over x's first nb blocks of fmt, as vk_forward.c dispatches it */
+        const uint32_t pc[3] = {256, nb, fmt}, groups = fmt ? nb : (nb + 7) / 8;
+        const void *pcs[1] = {pc};
+        if (vk_kernel_run(&k, 1, pcs, sizeof pc, &groups)) rc = fail("submit");
         else
             rc = compare((const float *)xb.map, &aq, &ad, (int)fmt,
                          (int64_t)nb * (fmt ? 256 : 32));
         if (!rc) printf("test_vk_actq: fmt %u, %u blocks: the CPU's bits\n", fmt, nb);
     }
-    c->f.DestroyFence(c->dev, fence, NULL);
-    c->f.FreeCommandBuffers(c->dev, c->pool, 1, &cb);
-    c->f.DestroyDescriptorPool(c->dev, dpool, NULL);
-    c->f.DestroyPipeline(c->dev, pipe, NULL);
-    c->f.DestroyPipelineLayout(c->dev, pl, NULL);
-    c->f.DestroyDescriptorSetLayout(c->dev, dsl, NULL);
+    vk_kernel_free(&k);
     hbuf_free(c, &xb);
     hbuf_free(c, &aq);
     hbuf_free(c, &ad);

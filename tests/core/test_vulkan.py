@@ -193,16 +193,29 @@ def test_cli_inspect_shows_the_device_and_the_memory_split() -> None:
     assert res.returncode == 0 and "memory split (bytes): host_owned" in res.stdout, res.stderr
 
 
+def _run_kernel_test(name: str) -> str:
+    """A native kernel test (native/tests/NAME.c) on the pinned ICD: its output, checked ok."""
+    import subprocess
+
+    exe = Path(__file__).resolve().parents[2] / "build" / "release" / "tests" / name
+    assert exe.is_file(), f"{exe} missing: run `scons variant=release` first"
+    res = subprocess.run([str(exe), "run"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and f"{name}: ok" in res.stdout, res.stdout + res.stderr
+    return res.stdout
+
+
+def test_argmax_kernel_picks_the_samplers_greedy_id() -> None:
+    # argmax.comp (a runtime greedy request's token picked on the device) against the sampler's
+    # greedy rule: ties within a lane, across lanes and parts (the lowest id), +inf beside
+    # FLT_MAX, NaN and -inf, no candidate at all (-1), -0 beside +0, vocabularies of 1,000 to
+    # 600,001 ids (native/tests/test_vk_argmax.c)
+    assert _run_kernel_test("test_vk_argmax").count("the CPU's ids") == 4
+
+
 def test_quant_kernel_makes_the_cpus_8bit_blocks() -> None:
     # quant.comp (actq.glsl, which matvec.comp's in-product 8-bit rows run too: a word of 4
     # values a lane, a block's max by a reduction over lanes) against act_quant.c bit for bit, on
     # the cases that reduction must get right: +m and -m tied for the block of 256's largest
     # magnitude (the first in index order sets the scale's sign), zero and -0 blocks, halves, a
     # partial last workgroup (native/tests/test_vk_actq.c)
-    import subprocess
-
-    exe = Path(__file__).resolve().parents[2] / "build" / "release" / "tests" / "test_vk_actq"
-    assert exe.is_file(), f"{exe} missing: run `scons variant=release` first"
-    res = subprocess.run([str(exe), "run"], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0 and "test_vk_actq: ok" in res.stdout, res.stdout + res.stderr
-    assert res.stdout.count("the CPU's bits") == 2, res.stdout
+    assert _run_kernel_test("test_vk_actq").count("the CPU's bits") == 2

@@ -35,6 +35,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -693,6 +694,47 @@ def test_integer_dot_products_in_batched_decode(vk_idot: geist.Engine) -> None:
            for name, eng in (("cpu", None), ("vk", vk_idot))}
     assert ids["vk"] == ids["cpu"]
     assert all(len(x) == 10 for x in ids["cpu"])
+
+
+def test_greedy_requests_pick_their_tokens_on_the_device(vk: geist.Engine) -> None:
+    # A greedy request's rows bring back only their greedy id (argmax.comp; the sampler's rule:
+    # native/tests/test_vk_argmax.c checks ties, NaN and infinities), except its last row, whose
+    # logits the session keeps: the same ids as cpu_scalar, session by session, 4 stepping
+    # together, and afterwards the same logits in every session (a request that ended on an end
+    # token, the first prompt's here, left its last logits on the device: the session runs that
+    # row again when they are asked for). A request of the default chain (sampled) still reads
+    # the logits back: cpu_scalar's tokens for its seed.
+    path = testing.fixture_path("gemma3", "Q8_0")
+    prompts = [[int(v) for v in np.random.default_rng(80 + i).integers(1, 300, 3 + 2 * i)]
+               for i in range(4)]
+    cpu = geist.Engine(backend="cpu_scalar")
+    got: dict[str, Any] = {}
+    for name, eng in (("cpu", cpu), ("vk", vk)):
+        with geist.Model.load(path, engine=eng) as m:
+            sessions = [m.session(max_seq_len=48) for _ in prompts]
+            before = m.device_stats()
+            handles = [s.submit(p, max_tokens=10, temperature=0.0)
+                       for s, p in zip(sessions, prompts, strict=True)]
+            ids = [h.result().ids for h in handles]
+            mid = m.device_stats()
+            logits = [s.logits() for s in sessions]
+            sampled = sessions[0].submit([5, 6, 7], max_tokens=8, seed=11).result().ids
+            after = m.device_stats()
+            for s in sessions:
+                s.close()
+        got[name] = (ids, logits, sampled, before, mid, after)
+    cpu.close()
+    ids, logits, sampled, before, mid, after = got["vk"]
+    assert ids == got["cpu"][0] and sum(len(x) for x in ids) >= 24
+    assert min(len(x) for x in ids) < 10  # one ended on an end token (the logits brought back)
+    for a, b in zip(logits, got["cpu"][1], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert sampled == got["cpu"][2]
+    # every generated token but each request's last was picked on the device (a request that
+    # ended on an end token picked that one there too)
+    assert mid["id_rows"] - before["id_rows"] >= sum(len(x) for x in ids) - len(ids)
+    assert after["id_rows"] == mid["id_rows"]  # the sampled request: logits every token
+    assert got["cpu"][4]["id_rows"] == 0
 
 
 # decode steps of several sessions: each row's QK norm and rotary (NEOX pairs: gemma3, qwen3;

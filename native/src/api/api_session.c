@@ -105,8 +105,9 @@ geist_status geist_session_decode(geist_session *s, int32_t id) { return run(s, 
 
 geist_status geist_session_logits(geist_session *s, const float **logits) {
     if (!s || !logits) return arg_fail(GEIST_ERR_INVALID_ARGUMENT, "session and logits must not be NULL");
+    gt_err err = {0};
+    if (gt_session_bring_logits(s, &err) != GEIST_OK) return gt_session_fail(s, &err);
     if (!s->has_logits) {
-        gt_err err;
         gt_fail(&err, GEIST_ERR_STATE, "no logits yet: prefill or decode a token first");
         return gt_session_fail(s, &err);
     }

@@ -91,6 +91,10 @@ typedef struct gt_dev_row {
     const gt_dev_kv *prefix; /* a shared prefix's KV, or NULL */
     int32_t n_prefix;
     float *logits;           /* NULL, or n_vocab floats to receive this row's logits */
+    int32_t *argmax;         /* NULL, or where the row's greedy id lands (a device with
+                              * gt_device_ops.argmax): the first id of its largest logit, NaN
+                              * never, +inf as FLT_MAX (sampler.h's greedy rule), -1 when every
+                              * logit is NaN or -inf; without logits, the logits stay on the device */
 } gt_dev_row;
 
 /* The engine options a device backend reads (geist_engine_options' device fields). */
@@ -117,6 +121,7 @@ typedef struct gt_dev_stats {
     uint64_t passes, rows, logit_rows, dispatches, barriers, recorded;
     uint64_t plan_ns, record_ns, wait_ns, readback_ns, gpu_ns, gpu_timed;
     uint64_t role_ns[GEIST_DEVICE_ROLES], role_calls[GEIST_DEVICE_ROLES]; /* profiling */
+    uint64_t id_rows; /* rows whose greedy id came back (gt_dev_row.argmax) without logits */
 } gt_dev_stats;
 
 typedef struct gt_device_ops {
@@ -148,6 +153,8 @@ typedef struct gt_device_ops {
     /* The rows one forward call takes to best effect (its rows per pass): a prompt's chunk in
      * session/forward.c's gt_forward; 0: the host's chunk. */
     int32_t step_rows;
+    /* forward fills gt_dev_row.argmax (else the caller asks for logits and picks on the host) */
+    bool argmax;
 } gt_device_ops;
 
 typedef struct gt_backend {

@@ -20,7 +20,7 @@ static char *dup_str(const char *s) {
 }
 
 geist_status gt_gen_check_ids(const geist_session *s, size_t n_ids, gt_err *err) {
-    if (n_ids == 0 && !s->has_logits)
+    if (n_ids == 0 && !s->has_logits && !s->logits_on_device)
         return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
                        "empty prompt on a session without logits: nothing to continue from");
     const int32_t room = s->max_seq_len - s->n_past;
@@ -277,6 +277,7 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
                      g->n_prompt, kept, s->max_seq_len, s->max_seq_len - kept);
         goto fail;
     }
+    if (g->n_prompt == 0 && (st = gt_session_bring_logits(s, err)) != GEIST_OK) goto fail;
     if (g->n_prompt == 0 && !s->has_logits) {
         st = gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
                      "empty prompt on a session without logits: nothing to continue from");
@@ -414,6 +415,14 @@ static bool out_append(gt_gen *g, const char *p, size_t n) {
     g->out_len += n;
     g->out[g->out_len] = '\0';
     return true;
+}
+
+bool gt_gen_plain_greedy(const gt_gen *g) {
+    return !g->matcher && gt_sampler_plain_greedy(g->sampler);
+}
+
+geist_status gt_gen_take_greedy(gt_gen *g, int32_t id, int32_t *out_id, gt_err *err) {
+    return gt_sampler_take_greedy(g->sampler, id, out_id, err);
 }
 
 geist_status gt_gen_sample(gt_gen *g, const float *logits, int32_t *out_id, gt_err *err) {

@@ -86,6 +86,12 @@ typedef enum gt_gen_step {
  * request at a time (the runtime samples requests in parallel on its pool). */
 geist_status gt_gen_sample(gt_gen *g, const float *logits, int32_t *out_id, gt_err *err);
 
+/* True when the next token is the logits' plain argmax (a greedy sampler with no penalty, bias or
+ * hook, no grammar): a device may pick it (backend.h's gt_dev_row.argmax, the sampler's greedy
+ * rule) and gt_gen_take_greedy take it in place of gt_gen_sample. */
+bool gt_gen_plain_greedy(const gt_gen *g);
+geist_status gt_gen_take_greedy(gt_gen *g, int32_t id, int32_t *out_id, gt_err *err);
+
 gt_gen_step gt_gen_token(gt_gen *g, int32_t id, const char **piece, size_t *piece_len,
                          int32_t *finish_after, gt_err *err);
 

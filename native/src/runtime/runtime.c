@@ -52,6 +52,8 @@ typedef struct gt_req {
     int32_t n_prompt_done, step_rows;
     int32_t pending;        /* R_DECODE: the sampled token to run */
     int32_t sampled;        /* the step's sample (sample_task), with its status and error */
+    int32_t device_id;      /* the greedy id the device picked in the step, when dev_picked */
+    bool dev_picked;        /* this step's row asked the device for its greedy id, not logits */
     geist_status sample_st;
     gt_err sample_err;
     int32_t finish_after;   /* reason to finish with once `pending` ran, or -1 */
@@ -625,7 +627,9 @@ static void sample_task(void *ctx, int64_t i, float *scratch) {
     if (pk->adv != ADV_SAMPLE) return;
     gt_req *r = pk->r;
     r->sample_err = (gt_err){0};
-    r->sample_st = gt_gen_sample(&r->gen, r->session->logits, &r->sampled, &r->sample_err);
+    r->sample_st = r->dev_picked
+                       ? gt_gen_take_greedy(&r->gen, r->device_id, &r->sampled, &r->sample_err)
+                       : gt_gen_sample(&r->gen, r->session->logits, &r->sampled, &r->sample_err);
 }
 
 /* Returns true when the request ended (events written). */
@@ -860,6 +864,7 @@ static void *scheduler_main(void *arg) {
             rows_left -= want;
             n_rows += want;
             r->in_step = true;
+            r->dev_picked = false;
             r->step_rows = want;
             r->last_step = ++rt->step_no;
             picks[n_sel++] = (pick){r, want, ADV_WAIT};
@@ -880,6 +885,7 @@ static void *scheduler_main(void *arg) {
             }
         }
         if (st == GEIST_OK && n_rows > 0) {
+            const bool dev_argmax = model->backend->device && model->backend->device->argmax;
             int32_t t = 0;
             for (size_t i = 0; i < n_sel; i++) {
                 gt_req *r = picks[i].r;
@@ -890,6 +896,7 @@ static void *scheduler_main(void *arg) {
                     rows[t].id = r->state == R_DECODE ? r->pending
                                                        : r->gen.prompt[r->n_prompt_done + j];
                     rows[t].logits = NULL;
+                    rows[t].argmax = NULL;
                 }
                 if (picks[i].rows > 0) {
                     /* the ids of the positions it appends (positions n_past..) */
@@ -899,7 +906,15 @@ static void *scheduler_main(void *arg) {
                 }
                 const bool last_prompt = r->state == R_PREFILL &&
                                          r->n_prompt_done + picks[i].rows == r->gen.n_prompt;
-                if (r->state == R_DECODE || last_prompt) rows[t - 1].logits = s->logits;
+                /* the row whose logits the request samples next, or that ends it: a device
+                 * picks a plain greedy token itself (only its id comes back, the logits stay
+                 * there: the session then has none); the last row of a request brings the
+                 * session's logits back, for a request that continues from them */
+                r->dev_picked = dev_argmax && gt_gen_plain_greedy(&r->gen) &&
+                                (r->state == R_DECODE ? r->finish_after < 0 : last_prompt) &&
+                                r->gen.n_gen < r->max_tokens;
+                if (r->dev_picked) rows[t - 1].argmax = &r->device_id;
+                else if (r->state == R_DECODE || last_prompt) rows[t - 1].logits = s->logits;
             }
             st = gt_forward_batch(model, rows, n_rows, rt->scratch, &err);
         }

@@ -493,6 +493,24 @@ static size_t topk_avx2(const float *w, size_t n, gt_cand *c, size_t k, double i
 
 void gt_sampler_set_simd(geist_sampler *s, gt_simd simd) { s->simd = simd; }
 
+bool gt_sampler_plain_greedy(const geist_sampler *s) {
+    const geist_sampler_options *o = &s->opts;
+    const bool neutral = o->penalty_last_n <= 0 || (o->repeat_penalty == 1.0f &&
+                                                    o->frequency_penalty == 0.0f &&
+                                                    o->presence_penalty == 0.0f);
+    return o->temperature <= 0.0f && neutral && s->n_bias == 0 && !s->hook;
+}
+
+geist_status gt_sampler_take_greedy(geist_sampler *s, int32_t id, int32_t *out_id, gt_err *err) {
+    if (id < 0 || id >= s->n_vocab)
+        return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
+                       "sampler: no candidate token (every logit is -inf after penalties, bias "
+                       "and hook)");
+    record(s, id);
+    *out_id = id;
+    return GEIST_OK;
+}
+
 geist_status gt_sampler_sample(geist_sampler *s, const float *logits, int32_t *out_id,
                                gt_err *err) {
     const geist_sampler_options *o = &s->opts;
@@ -503,16 +521,7 @@ geist_status gt_sampler_sample(geist_sampler *s, const float *logits, int32_t *o
     for (size_t i = 0; i < s->n_bias; i++) w[s->bias_id[i]] += s->bias_val[i];
     if (s->hook) s->hook(s->hook_user, w, s->n_vocab);
 
-    if (o->temperature <= 0.0f) {
-        const int32_t best = argmax(w, n, s->simd);
-        if (best < 0)
-            return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT,
-                           "sampler: no candidate token (every logit is -inf after penalties, "
-                           "bias and hook)");
-        record(s, best);
-        *out_id = best;
-        return GEIST_OK;
-    }
+    if (o->temperature <= 0.0f) return gt_sampler_take_greedy(s, argmax(w, n, s->simd), out_id, err);
 
     gt_cand *c = s->cand;
     size_t nc = 0, sorted = 0;

@@ -89,6 +89,12 @@ void gt_sampler_set_hook(geist_sampler *s, geist_logits_hook hook, void *user);
 void gt_sampler_set_simd(geist_sampler *s, gt_simd simd);
 geist_status gt_sampler_sample(geist_sampler *s, const float *logits, int32_t *out_id,
                                gt_err *err);
+/* True when sample() is the plain argmax of the logits as given (step 6 alone): temperature <= 0,
+ * no penalty that changes a logit, no bias, no hook. */
+bool gt_sampler_plain_greedy(const geist_sampler *s);
+/* A token picked by that rule elsewhere (a device: backend.h's gt_dev_row.argmax; -1 when every
+ * logit was NaN or -inf) taken as sample() would: recorded, or sample()'s error. */
+geist_status gt_sampler_take_greedy(geist_sampler *s, int32_t id, int32_t *out_id, gt_err *err);
 /* Records id in the history; ids outside [0, n_vocab) are ignored. */
 void gt_sampler_accept(geist_sampler *s, int32_t id);
 void gt_sampler_reset(geist_sampler *s);

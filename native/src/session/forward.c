@@ -547,7 +547,8 @@ static geist_status device_forward(const geist_model *m, const gt_batch_row *row
     for (int32_t t = 0; t < n; t++) {
         const geist_session *s = rows[t].s;
         dr[t] = (gt_dev_row){rows[t].id, rows[t].pos, s->dev_kv,
-                             s->prefix ? s->prefix->s->dev_kv : NULL, s->n_prefix, rows[t].logits};
+                             s->prefix ? s->prefix->s->dev_kv : NULL, s->n_prefix, rows[t].logits,
+                             rows[t].argmax};
     }
     geist_status st = m->backend->device->forward(m->dev, dr, n, err);
     free(dr);
@@ -557,6 +558,7 @@ static geist_status device_forward(const geist_model *m, const gt_batch_row *row
             geist_session *s = rows[t].s;
             s->n_past = rows[t].pos + 1;
             s->has_logits = rows[t].logits == s->logits; /* else they were an earlier position's */
+            s->logits_on_device = !s->has_logits && rows[t].argmax;
         }
     return GEIST_OK;
 }
@@ -619,6 +621,7 @@ geist_status gt_forward_batch(const geist_model *m, const gt_batch_row *rows, in
         geist_session *s = last->s;
         s->n_past = last->pos + 1;
         s->has_logits = last->logits == s->logits; /* else they were an earlier position's */
+        s->logits_on_device = false;
     }
     return GEIST_OK;
 }
@@ -649,6 +652,7 @@ geist_status gt_forward(geist_session *s, const int32_t *ids, int32_t n, float *
             rows[t].id = ids[done + t];
             rows[t].pos = s->n_past + t;
             rows[t].logits = all_logits ? all_logits + (size_t)(done + t) * nv : NULL;
+            rows[t].argmax = NULL;
         }
         if (!all_logits && done + cn == n) rows[cn - 1].logits = s->logits;
         st = gt_forward_batch(m, rows, cn, sc, err);

@@ -11,6 +11,8 @@ typedef struct gt_batch_row {
     int32_t id;     /* token id, checked by the caller */
     int32_t pos;    /* its position; a session's rows are contiguous, pos = n_past, n_past+1.. */
     float *logits;  /* NULL, or n_vocab floats for the logits after this row */
+    int32_t *argmax; /* NULL, or the greedy id after this row (only on a device whose
+                      * gt_device_ops.argmax is set: backend.h's gt_dev_row.argmax) */
 } gt_batch_row;
 
 /* Scratch for the batched pass, grown on demand and reused across steps (one per caller). */

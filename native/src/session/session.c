@@ -144,8 +144,17 @@ void gt_session_reset(geist_session *s) {
     s->n_past = s->n_prefix;
     s->n_floor = 0;
     s->has_logits = s->prefix != NULL;
+    s->logits_on_device = false;
     if (s->prefix)
         memcpy(s->logits, s->prefix->s->logits, (size_t)s->model->cfg.n_vocab * sizeof(float));
+}
+
+geist_status gt_session_bring_logits(geist_session *s, gt_err *err) {
+    if (s->has_logits || !s->logits_on_device || s->n_past <= s->n_prefix) return GEIST_OK;
+    const int32_t last = s->n_past - 1, tok = s->ids[last - s->n_prefix];
+    geist_status st = gt_session_truncate(s, last, err);
+    if (st == GEIST_OK) st = gt_forward(s, &tok, 1, NULL, err);
+    return st;
 }
 
 void gt_session_copy_tokens(const geist_session *s, int32_t *ids) {

@@ -59,6 +59,9 @@ struct geist_session {
     float *logits;               /* n_vocab: logits after the last token */
     gt_dev_kv *dev_kv;           /* a device backend's KV of this session (backend.h), else NULL */
     bool has_logits;
+    /* the last row's logits stayed on the device, its greedy id came back instead (a runtime
+     * request's pick: forward.c); gt_session_bring_logits recomputes them when asked for */
+    bool logits_on_device;
     pthread_mutex_t err_lock;
     gt_err last_err;
 };
@@ -93,6 +96,10 @@ geist_status gt_session_run(geist_session *s, const int32_t *ids, size_t n, floa
                             gt_err *err);
 /* Back to the prefix (or empty), its logits restored. */
 void gt_session_reset(geist_session *s);
+/* When the last row's logits stayed on the device (logits_on_device), runs that row's token
+ * again at its position, so that s->logits hold them (the same bits: a row's result does not
+ * depend on the step it ran in); else nothing. Every reader of s->logits calls it first. */
+geist_status gt_session_bring_logits(geist_session *s, gt_err *err);
 /* Writes the n_past ids (the prefix's, then the own) to ids. */
 void gt_session_copy_tokens(const geist_session *s, int32_t *ids);
 void gt_session_memory(const geist_session *s, geist_memory_report *out);

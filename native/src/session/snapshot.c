@@ -141,6 +141,8 @@ static geist_status dev_sync(geist_session *s, int32_t n_own, bool to_device, gt
 
 geist_status gt_session_snapshot(geist_session *s, void *buf, size_t cap, size_t *needed,
                                  gt_err *err) {
+    geist_status st0 = gt_session_bring_logits(s, err);
+    if (st0) return st0;
     const uint64_t total = image_bytes(s);
     *needed = (size_t)total;
     if (cap < total) {
@@ -285,6 +287,7 @@ geist_status gt_session_restore(geist_session *s, const void *image, size_t size
     if (h.has_logits) memcpy(s->logits, cur, (size_t)c->n_vocab * sizeof(float));
     (void)dev_sync(s, n_own, true, err); /* probed above: cannot fail */
     s->has_logits = h.has_logits;
+    s->logits_on_device = false;
     s->n_past = h.n_past;
     s->n_floor = floor_pos;
     s->seed = h.seed;
@@ -293,8 +296,9 @@ geist_status gt_session_restore(geist_session *s, const void *image, size_t size
 
 geist_status gt_session_fork(geist_session *s, geist_session **out, gt_err *err) {
     geist_session *f = NULL;
-    geist_status st =
-        gt_session_new(s->model, s->max_seq_len, s->kv_mode, s->seed, s->prefix, &f, err);
+    geist_status st = gt_session_bring_logits(s, err);
+    if (st) return st;
+    st = gt_session_new(s->model, s->max_seq_len, s->kv_mode, s->seed, s->prefix, &f, err);
     if (st) return st;
     const int32_t n_own = s->n_past - s->n_prefix;
     if ((st = dev_sync(s, n_own, false, err))) {
@@ -356,6 +360,7 @@ geist_status gt_session_truncate(geist_session *s, int32_t n, gt_err *err) {
     s->n_past = n;
     if (s->n_floor > new_own) s->n_floor = new_own;
     s->has_logits = false;
+    s->logits_on_device = false;
     if (n == s->n_prefix && s->prefix) {
         memcpy(s->logits, s->prefix->s->logits, (size_t)c->n_vocab * sizeof(float));
         s->has_logits = true;

@@ -68,7 +68,7 @@ static const gt_device_ops k_vk_device = {
     .model_init = vk_model_init, .model_free = vk_model_free, .memory = vk_memory,
     .kv_alloc = vk_kv_alloc, .kv_free = vk_kv_free, .kv_read = vk_kv_read,
     .kv_write = vk_kv_write, .kv_bytes = vk_kv_bytes, .forward = vk_forward,
-    .stats = vk_stats, .step_rows = GT_VK_PASS_ROWS,
+    .stats = vk_stats, .step_rows = GT_VK_PASS_ROWS, .argmax = true,
 };
 
 static const gt_backend k_vulkan = {

@@ -40,9 +40,18 @@
  * The scratch holds NARROW_ROWS rows until a step of more rows comes, then PASS_ROWS. */
 #define PASS_ROWS GT_VK_PASS_ROWS
 #define NARROW_ROWS 64
-#define LOGIT_ROWS 64
+#define LOGIT_ROWS 64 /* rows a pass gives logits or greedy ids of (gt_dev_row's output) */
 #define N_BIND 13   /* storage buffer bindings of the one descriptor set layout */
 #define MAX_GROUPS_X 65535u
+
+/* argmax.comp's parts of a row: 4,096 ids each (Gemma 3's 262,144: 64 workgroups a row), at most
+ * 128 (its stage 1 merges them with one lane each); *chunk: ids a part */
+static uint32_t argmax_parts(uint32_t n_vocab, uint32_t *chunk) {
+    uint32_t ch = 4096u;
+    if ((n_vocab + ch - 1) / ch > 128u) ch = (n_vocab + 127u) / 128u;
+    if (chunk) *chunk = ch;
+    return (n_vocab + ch - 1) / ch;
+}
 /* matmul.comp's tile (its TM, TN), its shared memory in bytes (its shared arrays' sizes) and the
  * steps that take it: more rows than matvec.comp serves in one pass over a weight row */
 #define MM_TM 32u
@@ -64,14 +73,16 @@
  * reply's player line): more workgroups on the few rows of a small model, none of their token
  * slots idle;
  * P_ATTN_G .. P_ATTN_PART_FRESH_G: the four attention kernels built with ATTN_GROUP, a
- * workgroup per fw->attn_group query heads of a KV head (rec_attn) */
+ * workgroup per fw->attn_group query heads of a KV head (rec_attn);
+ * P_ARGMAX: argmax.comp, the greedy id of rows that want only that (rec_argmax) */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
-       P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_COUNT };
+       P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_ARGMAX,
+       P_COUNT };
 static const char *const k_pipe_names[P_COUNT] = {
     "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
     "attn_part", "matmul", "matvec", "matmul", "attn_fresh", "attn_part_fresh", "quant_fused",
-    "attn_grp", "attn_part_grp", "attn_fresh_grp", "attn_part_fresh_grp"};
+    "attn_grp", "attn_part_grp", "attn_fresh_grp", "attn_part_fresh_grp", "argmax"};
 /* The grouped attention's shared scores (attn_body.glsl's SH_TOTAL under ATTN_GROUP): a
  * dispatch takes the grouped kernels when its rows' positions (a split one's chunk) fit
  * GROUP_SH / attn_group a head, else one workgroup a head (SPLIT_SH) */
@@ -167,6 +178,7 @@ typedef struct gt_vk_fwd {
     wref *lw; /* n_layer * W_PER_LAYER */
     int32_t cap_rows, cap_ctx;
     vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg, lgh; /* lgh: logits' readback */
+    vbuf amx, idh; /* argmax.comp's parts' best, and the rows' greedy ids (host-readable) */
     vbuf ap; /* the split attention's partials: NARROW_ROWS x n_head x cap_split chunks */
     vbuf cnt;           /* and per (row, head) its chunks done (attn_part.comp: the last merges) */
     uint32_t cap_split; /* chunks per (row, head) ap holds (0: no split) */
@@ -410,7 +422,7 @@ void gt_vk_fwd_free(gt_vk_model *vm) {
     gt_vk_ctx *c = vm->ctx;
     vbuf *bufs[] = {&fw->norms, &fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o,
                     &fw->gate, &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh,
-                    &fw->ap, &fw->cnt};
+                    &fw->ap, &fw->cnt, &fw->amx, &fw->idh};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         vbuf_free(c, bufs[i], &vm->memory.device_local);
     for (int i = 0; i < P_COUNT; i++)
@@ -749,7 +761,7 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     uint64_t *acct = &vm->memory.device_local;
     vbuf *bufs[] = {&fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o, &fw->gate,
                     &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh, &fw->ap,
-                    &fw->cnt};
+                    &fw->cnt, &fw->amx, &fw->idh};
     forget_recordings(vm); /* they bind the buffers remade here */
     fw->cap_rows = fw->cap_ctx = 0;
     fw->cap_split = 0;
@@ -786,6 +798,8 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
         {&fw->ap, n_split > 1 ? NR * (uint64_t)cf->n_head * n_split *
                                     ((uint64_t)cf->head_dim_v + 2) * F : 16, VB_DEVICE},
         {&fw->cnt, NR * (uint64_t)cf->n_head * 4, VB_DEVICE},
+        {&fw->amx, LR * argmax_parts((uint32_t)cf->n_vocab, NULL) * 2 * 4, VB_DEVICE},
+        {&fw->idh, LR * 4, VB_READBACK},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         /* a buffer whose size stays is kept (the logits' rows when only the activations' rows
@@ -963,7 +977,8 @@ static const uint32_t k_writes[P_COUNT] = {
     [P_QUANT_FUSED] = WB(4) | WB(5), [P_ATTN_G] = WB(3) | WB(5),
     [P_ATTN_PART_G] = WB(3) | WB(4) | WB(5),
     [P_ATTN_FRESH_G] = WB(3) | WB(5) | WB(10) | WB(11) | WB(12),
-    [P_ATTN_PART_FRESH_G] = WB(3) | WB(4) | WB(5) | WB(10) | WB(11) | WB(12)};
+    [P_ATTN_PART_FRESH_G] = WB(3) | WB(4) | WB(5) | WB(10) | WB(11) | WB(12),
+    [P_ARGMAX] = WB(3) | WB(4)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
     for (uint32_t i = 0; i < n; i++)
@@ -1111,13 +1126,25 @@ static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
             barrier(c, cb, VK_ACCESS_SHADER_WRITE_BIT,
                     VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT, CS, CS);
         }
-        if (e->kind == CMD_COPY_LOGITS) {
-            barrier(c, cb, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT, CS,
-                    VK_PIPELINE_STAGE_TRANSFER_BIT);
-            const VkBufferCopy bc = {0, 0, e->pc[0]};
-            c->f.CmdCopyBuffer(cb, fw->lg.buf, fw->lgh.buf, 1, &bc);
-            barrier(c, cb, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT,
-                    VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT);
+        if (e->kind == CMD_COPY_LOGITS) { /* pc: a row's bytes, the mask of rows to copy */
+            VkBufferCopy bc[LOGIT_ROWS];
+            uint32_t nb = 0;
+            const uint64_t mask = e->pc[1] | (uint64_t)e->pc[2] << 32;
+            for (uint32_t k = 0; k < LOGIT_ROWS; k++) {
+                if (!(mask >> k & 1u)) continue;
+                const VkDeviceSize at = (VkDeviceSize)k * e->pc[0];
+                if (nb && bc[nb - 1].srcOffset + bc[nb - 1].size == at) bc[nb - 1].size += e->pc[0];
+                else bc[nb++] = (VkBufferCopy){at, at, e->pc[0]};
+            }
+            if (nb) {
+                barrier(c, cb, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT, CS,
+                        VK_PIPELINE_STAGE_TRANSFER_BIT);
+                c->f.CmdCopyBuffer(cb, fw->lg.buf, fw->lgh.buf, nb, bc);
+            }
+            /* the copies, and argmax.comp's ids written straight into host memory */
+            barrier(c, cb, VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+                    VK_ACCESS_HOST_READ_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT | CS,
+                    VK_PIPELINE_STAGE_HOST_BIT);
             if (prof) c->f.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, fw->qp, i + 1);
             continue;
         }
@@ -1331,7 +1358,7 @@ static int32_t pass_take(const gt_vk_ctx *c, const gt_dev_row *rows, int32_t n, 
         while (end < n && rows[end].kv == rows[t].kv) end++;
         int32_t take = end - t < cap - t ? end - t : cap - t;
         for (int32_t i = t; i < t + take; i++)
-            if (rows[i].logits && n_lg++ == LOGIT_ROWS) take = i - t;
+            if ((rows[i].logits || rows[i].argmax) && n_lg++ == LOGIT_ROWS) take = i - t;
         if (take > 0) {
             const gt_dev_kv *kv = rows[t].kv;
             const grp G = {t, take, NULL, NULL, rows[t].n_prefix};
@@ -1443,13 +1470,30 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
     dispatch(r, grp_on ? P_ATTN_G : P_ATTN, b, &pc, 21 * sizeof(uint32_t), heads); /* attn.comp's fields */
 }
 
+/* The greedy id of each of the n_out rows of the output product (argmax.comp's two stages)
+ * into fw->idh, for the rows that want only that: 4 bytes a row to read back, where the logits
+ * are the vocabulary's floats (Gemma 3: 1 MB a row, its copy and the host's pass over it ~0.1 ms
+ * each a row on the H200's host) */
+static void rec_argmax(rec *r, uint32_t n_vocab, uint32_t n_out) {
+    uint32_t chunk;
+    const uint32_t parts = argmax_parts(n_vocab, &chunk);
+    uint32_t pc[4] = {n_vocab, parts, chunk, 0};
+    const VkBuffer b[N_BIND] = {0, 0, r->fw->lg.buf, r->fw->amx.buf, r->fw->idh.buf};
+    dispatch(r, P_ARGMAX, b, pc, sizeof pc, n_out * parts);
+    pc[3] = 1; /* stage 1 reads what stage 0 wrote */
+    r->force = true;
+    dispatch(r, P_ARGMAX, b, pc, sizeof pc, n_out);
+}
+
 /* one pass over rows [0, n) (n <= PASS_ROWS, as pass_take chose them) */
 static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, gt_err *err) {
     gt_vk_ctx *c = vm->ctx;
     gt_vk_fwd *fw = vm->fwd;
     const geist_model *m = vm->model;
     const gt_config *cf = &m->cfg;
-    int32_t max_ctx = 1, n_groups = 0, n_lg = 0;
+    /* n_lg: the rows of the output product (logits, greedy ids or both), n_id: of those, the
+     * rows whose greedy id comes back (argmax.comp) */
+    int32_t max_ctx = 1, n_groups = 0, n_lg = 0, n_id = 0;
     grp groups[PASS_ROWS];
     for (int32_t t = 0; t < n; t++) {
         const gt_dev_row *rw = &rows[t];
@@ -1466,7 +1510,8 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
                            "vulkan: a session's rows of one step must be consecutive positions");
         }
         groups[n_groups - 1].n++;
-        if (rw->logits) n_lg++;
+        n_lg += rw->logits || rw->argmax;
+        n_id += rw->argmax != NULL;
     }
     geist_status st = grow_scratch(vm, n > NARROW_ROWS ? PASS_ROWS : NARROW_ROWS, max_ctx, err);
     if (st) return st;
@@ -1491,7 +1536,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         in[4 * t] = (uint32_t)rows[t].token;
         in[4 * t + 1] = (uint32_t)rows[t].pos;
         in[4 * t + 2] = in[4 * t + 3] = 0;
-        if (rows[t].logits) in[gather_at + (uint32_t)k++] = (uint32_t)t;
+        if (rows[t].logits || rows[t].argmax) in[gather_at + (uint32_t)k++] = (uint32_t)t;
         for (int tab = 0; tab < 2; tab++) {
             const float *inv_freq = tab ? m->inv_freq_local : m->inv_freq_global;
             const float pos = (float)rows[t].pos * (tab ? cf->rope_scale_local : cf->rope_scale_global);
@@ -1651,12 +1696,21 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         for (int32_t i = 0; i < fw->n_out; i++) /* the output's parts: rows row0.. of y */
             rec_matvec(&r, &fw->out[i], fw->xn.buf, fw->lg.buf, (uint32_t)n_lg, false);
     }
-    if (n_lg > 0) { /* the logits into host-cached memory */
+    if (n_id > 0) {
+        r.role = GEIST_ROLE_ARGMAX;
+        rec_argmax(&r, (uint32_t)cf->n_vocab, (uint32_t)n_lg);
+    }
+    if (n_lg > 0) { /* the logits rows wanted into host-cached memory; the ids made visible */
         cmd *e = plan_next(&r);
         if (e) {
+            uint64_t mask = 0; /* the output rows whose logits are copied */
+            for (int32_t t = 0, k = 0; t < n; t++)
+                if (rows[t].logits || rows[t].argmax) mask |= (uint64_t)(rows[t].logits != NULL) << k++;
             e->kind = CMD_COPY_LOGITS;
             e->role = GEIST_ROLE_LOGITS_COPY;
-            e->pc[0] = (uint32_t)((uint64_t)n_lg * (uint64_t)cf->n_vocab * sizeof(float));
+            e->pc[0] = (uint32_t)cf->n_vocab * (uint32_t)sizeof(float);
+            e->pc[1] = (uint32_t)mask;
+            e->pc[2] = (uint32_t)(mask >> 32);
         }
     }
     if (r.failed) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: out of memory (a step's plan)");
@@ -1704,8 +1758,13 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     const uint64_t t_done = now_ns();
     const size_t nv = (size_t)cf->n_vocab;
     const float *lg = fw->lgh.map;
-    for (int32_t t = 0, k = 0; t < n; t++)
-        if (rows[t].logits) memcpy(rows[t].logits, lg + (size_t)k++ * nv, nv * sizeof(float));
+    const int32_t *ids = fw->idh.map;
+    for (int32_t t = 0, k = 0; t < n; t++) {
+        if (!rows[t].logits && !rows[t].argmax) continue;
+        if (rows[t].logits) memcpy(rows[t].logits, lg + (size_t)k * nv, nv * sizeof(float));
+        if (rows[t].argmax) *rows[t].argmax = ids[k];
+        k++;
+    }
     const uint64_t t_end = now_ns();
     gt_dev_stats *stt = &fw->stats;
     if (fw->qp && c->profile && fw->qp_cap >= r.n + 1 && fw->ts) { /* by role */
@@ -1730,7 +1789,8 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     }
     stt->passes++;
     stt->rows += (uint64_t)n;
-    stt->logit_rows += (uint64_t)n_lg;
+    stt->logit_rows += (uint64_t)(n_lg - n_id);
+    stt->id_rows += (uint64_t)n_id;
     stt->plan_ns += t_rec - t_plan;
     stt->record_ns += t_sub - t_rec;
     stt->wait_ns += t_done - t_sub;
