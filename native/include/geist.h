@@ -22,7 +22,9 @@
  * Threading (see docs and DESIGN.md): an engine and a loaded model are immutable after creation and
  * may be shared by any number of threads. A session may be used by one thread at a time; different
  * sessions of the same model may run on different threads at once. Calls that run the model on the
- * caller's thread (prefill, decode, eval, generate) use up to ~66 KiB of that thread's stack in
+ * caller's thread (prefill, decode, eval, generate; on a device, logits, snapshot and fork too,
+ * after a greedy request left the session's last logits there: they run its last token again)
+ * use up to ~66 KiB of that thread's stack in
  * the cpu_x86 kernels (gcc -fstack-usage: vnni_matmul_q 7,216 + vnni_rows16 59,392 bytes with
  * AVX-512 VNNI; avx2_matmul_q 36,176 bytes on AVX2-only CPUs); the
  * async runtime (geist_submit) runs them on its own threads.

@@ -3,7 +3,8 @@
  * -inf never, +inf as FLT_MAX; -1 when none is left), on rows built for what the two stages'
  * reductions must get right: the maximum tied within a lane, across lanes of a workgroup and
  * across parts (the lowest id wins), at the first and the last id, +inf beside FLT_MAX (a tie),
- * NaN and -inf everywhere but one id, nothing but NaN and -inf, -0 beside +0 as the maximum, a
+ * NaN and -inf everywhere but one id, nothing but NaN and -inf, -0 beside +0 as the maximum,
+ * denormals as the maximum, a
  * vocabulary not a multiple of the part (the last part short), and random rows, for
  * SmolLM2's and Gemma 3's vocabulary sizes and a small one.
  *
@@ -19,7 +20,7 @@
 #include "backend/vulkan/vk.h"
 #include "vk_hbuf.h"
 
-#define ROWS 12
+#define ROWS 13
 
 static uint32_t rng = 2024u;
 static float frand(void) { /* in [-8, 8) */
@@ -85,6 +86,13 @@ static void fill(float *l, uint32_t n, int r) {
     case 8: /* a NaN in every lane, the maximum after one */
         for (uint32_t i = 0; i < n; i += 97) l[i] = NAN;
         l[98] = top;
+        break;
+    case 9: /* denormals the largest (a flushing compare would tie them with 0 and each other) */
+        for (uint32_t i = 0; i < n; i++) l[i] = -1.0f - (float)irand(1000);
+        l[n / 7] = 0.0f;
+        l[n / 6] = 0x1p-149f;
+        l[n / 3] = 0x1p-148f;
+        l[n / 2] = -0x1p-140f;
         break;
     default: /* random, with a few ties at random places */
         for (int k = 0; k < 3; k++) l[irand(n)] = 9.0f;

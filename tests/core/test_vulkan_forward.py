@@ -697,13 +697,12 @@ def test_integer_dot_products_in_batched_decode(vk_idot: geist.Engine) -> None:
 
 
 def test_greedy_requests_pick_their_tokens_on_the_device(vk: geist.Engine) -> None:
-    # A greedy request's rows bring back only their greedy id (argmax.comp; the sampler's rule:
-    # native/tests/test_vk_argmax.c checks ties, NaN and infinities), except its last row, whose
-    # logits the session keeps: the same ids as cpu_scalar, session by session, 4 stepping
-    # together, and afterwards the same logits in every session (a request that ended on an end
-    # token, the first prompt's here, left its last logits on the device: the session runs that
-    # row again when they are asked for). A request of the default chain (sampled) still reads
-    # the logits back: cpu_scalar's tokens for its seed.
+    # A greedy request's decode rows bring back only their greedy id (argmax.comp; the sampler's
+    # rule: native/tests/test_vk_argmax.c checks ties, NaN and infinities); its prompt's last row
+    # and its own last row bring logits, which the session keeps: the same ids as cpu_scalar,
+    # session by session, 4 stepping together, and afterwards the same logits in every session.
+    # A request of the default chain (sampled) still reads the logits back: cpu_scalar's tokens
+    # for its seed.
     path = testing.fixture_path("gemma3", "Q8_0")
     prompts = [[int(v) for v in np.random.default_rng(80 + i).integers(1, 300, 3 + 2 * i)]
                for i in range(4)]
@@ -726,15 +725,51 @@ def test_greedy_requests_pick_their_tokens_on_the_device(vk: geist.Engine) -> No
     cpu.close()
     ids, logits, sampled, before, mid, after = got["vk"]
     assert ids == got["cpu"][0] and sum(len(x) for x in ids) >= 24
-    assert min(len(x) for x in ids) < 10  # one ended on an end token (the logits brought back)
     for a, b in zip(logits, got["cpu"][1], strict=True):
         np.testing.assert_array_equal(a, b)
     assert sampled == got["cpu"][2]
-    # every generated token but each request's last was picked on the device (a request that
+    # every generated token but each request's first was picked on the device (a request that
     # ended on an end token picked that one there too)
     assert mid["id_rows"] - before["id_rows"] >= sum(len(x) for x in ids) - len(ids)
     assert after["id_rows"] == mid["id_rows"]  # the sampled request: logits every token
     assert got["cpu"][4]["id_rows"] == 0
+
+
+def test_logits_left_on_the_device_are_brought_back(vk: geist.Engine) -> None:
+    # A greedy request cancelled while it decodes: its last row was a device pick, so the
+    # session's logits stayed on the device; logits(), a snapshot and a fork run that row again
+    # (gt_session_bring_logits) and see cpu_scalar's logits for the tokens the session holds
+    path = testing.fixture_path("gemma3", "Q8_0")
+    prompt = [int(v) for v in np.random.default_rng(90).integers(1, 300, 6)]
+    with geist.Model.load(path, engine=vk) as m:
+        # slow steps (the runtime test's budget), so the cancel lands among the first tokens
+        vk.configure_runtime(RuntimeOptions(budget_ms=0.01, period_ms=2.0))
+        try:
+            s = m.session(max_seq_len=64)
+            before = m.device_stats()["id_rows"]
+            h = s.submit(prompt, max_tokens=40, temperature=0.0)
+            for i, _ in enumerate(h):
+                if i == 2:
+                    h.cancel()
+                    break
+            assert h.result(60).finish_reason == "cancelled"
+        finally:
+            vk.configure_runtime(RuntimeOptions())
+        assert m.device_stats()["id_rows"] > before
+        held = list(s.history)
+        assert len(held) == s.n_past > len(prompt)
+        image = s.snapshot()  # brings them back first
+        got = s.logits()
+        with s.fork() as f:
+            np.testing.assert_array_equal(f.logits(), got)
+        s.close()
+    cpu = geist.Engine(backend="cpu_scalar")
+    with geist.Model.load(path, engine=cpu) as mc, mc.session(max_seq_len=64) as c:
+        c.prefill(held)
+        np.testing.assert_array_equal(got, c.logits())
+        c.restore(image)
+        np.testing.assert_array_equal(c.logits(), got)
+    cpu.close()
 
 
 # decode steps of several sessions: each row's QK norm and rotary (NEOX pairs: gemma3, qwen3;

@@ -307,7 +307,8 @@ geist_status gt_gen_prepare(gt_gen *g, geist_session *s, const gt_gen_input *in,
         st = end_to_call_prepare(g, in->grammar, err);
         if (st != GEIST_OK) goto fail;
     }
-    /* the rewind comes last: nothing above changed the session */
+    /* the rewind comes last: nothing above changed the session (but bring_logits, which runs
+     * only for an empty prompt: no rewind then) */
     if (kept < s->n_past) {
         gt_err ignored = {0};
         if (gt_session_truncate(s, kept, &ignored) != GEIST_OK) {

@@ -907,12 +907,15 @@ static void *scheduler_main(void *arg) {
                 const bool last_prompt = r->state == R_PREFILL &&
                                          r->n_prompt_done + picks[i].rows == r->gen.n_prompt;
                 /* the row whose logits the request samples next, or that ends it: a device
-                 * picks a plain greedy token itself (only its id comes back, the logits stay
-                 * there: the session then has none); the last row of a request brings the
-                 * session's logits back, for a request that continues from them */
-                r->dev_picked = dev_argmax && gt_gen_plain_greedy(&r->gen) &&
-                                (r->state == R_DECODE ? r->finish_after < 0 : last_prompt) &&
-                                r->gen.n_gen < r->max_tokens;
+                 * picks a plain greedy token of a decode row itself (only its id comes back,
+                 * the logits stay there: the session then has none, gt_session_bring_logits
+                 * runs the row again, alone as it ran); the last row of a request brings the
+                 * session's logits back, for a request that continues from them. A prompt's
+                 * last row keeps its logits: its step may hold more of the session's rows,
+                 * and a GPU attends a lone row in chunks (vk_forward.c's split), another sum
+                 * order, so a re-run could differ */
+                r->dev_picked = dev_argmax && r->state == R_DECODE && r->finish_after < 0 &&
+                                r->gen.n_gen < r->max_tokens && gt_gen_plain_greedy(&r->gen);
                 if (r->dev_picked) rows[t - 1].argmax = &r->device_id;
                 else if (r->state == R_DECODE || last_prompt) rows[t - 1].logits = s->logits;
             }

@@ -154,6 +154,11 @@ geist_status gt_session_bring_logits(geist_session *s, gt_err *err) {
     const int32_t last = s->n_past - 1, tok = s->ids[last - s->n_prefix];
     geist_status st = gt_session_truncate(s, last, err);
     if (st == GEIST_OK) st = gt_forward(s, &tok, 1, NULL, err);
+    if (st != GEIST_OK && s->n_past == last) { /* as it was: the row's KV is still held */
+        s->n_past = last + 1;
+        s->has_logits = false;
+        s->logits_on_device = true;
+    }
     return st;
 }
 

@@ -96,9 +96,11 @@ geist_status gt_session_run(geist_session *s, const int32_t *ids, size_t n, floa
                             gt_err *err);
 /* Back to the prefix (or empty), its logits restored. */
 void gt_session_reset(geist_session *s);
-/* When the last row's logits stayed on the device (logits_on_device), runs that row's token
- * again at its position, so that s->logits hold them (the same bits: a row's result does not
- * depend on the step it ran in); else nothing. Every reader of s->logits calls it first. */
+/* When the last row's logits stayed on the device (logits_on_device: a decode row, one row of
+ * its session in its step), runs that row's token again at its position, alone as it ran, so
+ * that s->logits hold them (the same bits: a row's result does not depend on the other
+ * sessions' rows in its step); else nothing. Every reader of s->logits calls it first; on a
+ * failure the session is as it was. */
 geist_status gt_session_bring_logits(geist_session *s, gt_err *err);
 /* Writes the n_past ids (the prefix's, then the own) to ids. */
 void gt_session_copy_tokens(const geist_session *s, int32_t *ids);

@@ -5,24 +5,25 @@
 // Stage 0: a workgroup per (row, part of `chunk` ids) keeps its lanes' best, each lane walking
 // its ids in increasing order (a strictly larger value replaces: the lowest id of a tie stays),
 // then the lanes' best by the same rule (a tie: the lower id) into PART[row][part]. Stage 1: a
-// workgroup per row, the same over its parts into IDS[row]. Pure comparisons: no rounding, so
-// the same id as the CPU's argmax over the same logits. Values are read as bits for NaN and inf
-// (a driver's fast float compare may not keep NaN's semantics).
+// workgroup per row, the same over its parts into IDS[row]. Values are compared as integer keys
+// in the floats' order (-0 made +0, so they tie as the CPU's compare has them): no float compare,
+// which a driver may do with denormals flushed or NaN's semantics relaxed, so the CPU's id for
+// the same logits exactly.
 layout(local_size_x = 128) in;
 layout(std430, binding = 2) readonly buffer Lb { uint L[]; };   // logits rows, n_vocab floats each
-layout(std430, binding = 3) buffer Pb { uint PART[]; };         // per (row, part): value bits, id
+layout(std430, binding = 3) buffer Pb { uint PART[]; };         // per (row, part): key, id
 layout(std430, binding = 4) writeonly buffer Ib { int IDS[]; }; // per row: the id, or -1
 layout(push_constant) uniform P { uint n_vocab, parts, chunk, stage; } p;
 
-shared float sv[128];
+shared uint sv[128];
 shared uint si[128];
 
 const uint NONE = 0xFFFFFFFFu;
 
 // a candidate beats another: larger, or equal with the lower id (NONE: never a candidate's id)
-bool better(float v, uint i, float bv, uint bi) { return v > bv || (v == bv && i < bi); }
+bool better(uint v, uint i, uint bv, uint bi) { return v > bv || (v == bv && i < bi); }
 
-void reduce_and_keep(uint lid, float bv, uint bi) {
+void reduce_and_keep(uint lid, uint bv, uint bi) {
     sv[lid] = bv;
     si[lid] = bi;
     barrier();
@@ -39,7 +40,7 @@ void reduce_and_keep(uint lid, float bv, uint bi) {
 void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
-    float bv = 0.0;
+    uint bv = 0u;
     uint bi = NONE;
     if (p.stage == 0u) {
         const uint row = wg / p.parts, part = wg % p.parts;
@@ -49,7 +50,8 @@ void main() {
             uint b = L[base + i];
             if ((b & 0x7FFFFFFFu) > 0x7F800000u || b == 0xFF800000u) continue; // NaN, -inf
             if (b == 0x7F800000u) b = 0x7F7FFFFFu;                               // +inf: FLT_MAX
-            const float v = uintBitsToFloat(b);
+            if (b == 0x80000000u) b = 0u;                                        // -0: +0
+            const uint v = (b & 0x80000000u) != 0u ? ~b : b | 0x80000000u;       // the order's key
             if (bi == NONE || v > bv) {
                 bv = v;
                 bi = i;
@@ -57,7 +59,7 @@ void main() {
         }
         reduce_and_keep(lid, bv, bi);
         if (lid == 0u) {
-            PART[2u * wg] = floatBitsToUint(sv[0]);
+            PART[2u * wg] = sv[0];
             PART[2u * wg + 1u] = si[0];
         }
     } else {
@@ -65,7 +67,7 @@ void main() {
         for (uint k = lid; k < p.parts; k += 128u) {
             const uint at = 2u * (row * p.parts + k);
             const uint i = PART[at + 1u];
-            const float v = uintBitsToFloat(PART[at]);
+            const uint v = PART[at];
             if (i != NONE && (bi == NONE || better(v, i, bv, bi))) {
                 bv = v;
                 bi = i;
