@@ -1,0 +1,105 @@
+"""Stub libraries for roles.py (session 18): geist built with one part of a Vulkan kernel or
+of the step left out or repeated, each a text substitution in a clean worktree of HEAD. Their
+results are wrong (finite values, so a run completes); their decode time against HEAD's says
+what the part costs on the device.
+
+    tests/bench/gpu/stubs.py DEST [NAME ...]     (no NAME: every stub; DEST/NAME.so each)
+
+The anchors are HEAD's text: a stub whose anchor moved is reported and skipped. Needs this
+checkout's .venv (SCons) and glslc, as the release build does.
+"""
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+SH = "native/src/backend/vulkan/shaders/"
+VK = "native/src/backend/vulkan/vk_forward.c"
+ATTN_CALL = ("            rec_attn(&r, cf, G, il, R->window,\n                     staged[g] ? "
+             "(uint32_t)rows[G->r0].pos : UINT32_MAX, sp, fr, n_ctx);")
+# name: [(file, text, replacement)], what is left out
+STUBS: dict[str, list[tuple[str, str, str]]] = {
+    # the attention kernel returns at once: the dispatch's floor
+    "attn_empty": [(SH + "attn_body.glsl", "    uint ngrp = p.n_head / GSZ;",
+                    "    if (gl_NumWorkGroups.x > 0u) return;\n    uint ngrp = p.n_head / GSZ;")],
+    # a score is one product, not a head's
+    "attn_noscore": [(SH + "attn_body.glsl", "    uint o = jj * (p.hk + 1u);\n",
+                      "    uint o = jj * (p.hk + 1u);\n    return qs[QI(k, 0u)] * vt[o];\n")],
+    # no K/V tile loads (constant words)
+    "attn_noload": [(SH + "attn_body.glsl", "xs[u] = PKV[at[u]];", "xs[u] = 0x3C003C00u;"),
+                    (SH + "attn_body.glsl", "xs[u] = (curm >> u & 1u) != 0u ? 0u : KV[at[u]];",
+                     "xs[u] = 0x3C003C00u;")],
+    # no QK norm, no rotary in the fresh prologue
+    "attn_noprol": [(SH + "attn_body.glsl",
+                     "bool normed = (p.fresh & 1u) != 0u, roped = (p.fresh & 2u) != 0u",
+                     "bool normed = false, roped = false")],
+    # no merge of the chunks (nor the O product's 8-bit rows it makes)
+    "attn_nomerge": [(SH + "attn_body.glsl", "if (last == 0u) return; // the whole workgroup",
+                      "return;")],
+    # no V tiles (loads and weighted sums)
+    "attn_nov": [(SH + "attn_body.glsl",
+                  "        for (uint j0 = 0u; j0 < n_ctx;) {\n            uint nt = min(ntv,",
+                  "        for (uint j0 = n_ctx; j0 < n_ctx;) {\n            uint nt = min(ntv,")],
+    # the attention dispatched twice a layer (the same result: does a second run cost less?)
+    "attn_twice": [(VK, ATTN_CALL,
+                    "            for (int twice = 0; twice < 2; twice++)\n" + ATTN_CALL)],
+    # a tile's words loaded 4 a lane at once, not 16 (less unrolled code, more waits)
+    "attn_lb4": [(SH + "attn_body.glsl", "#define LB 16u", "#define LB 4u")],
+    # no in-product 8-bit rows (constant words)
+    "mv_noactq": [(SH + "matvec.comp",
+                   "for (uint w0 = 0u; w0 < nw; w0 += 64u) "
+                   "actq_round(t0 * p.n_in, w0, nw, lid, kq);",
+                   "for (uint w0 = lid; w0 < nw; w0 += 64u) { SQ[w0] = 0x01010101u; "
+                   "SD[w0 >> 3] = 0.01; }")],
+    # no in-product RMSNorm
+    "mv_nonorm": [(SH + "matvec.comp", "normed = selfq && (p.accumulate & 16u) != 0u;",
+                   "normed = false;")],
+    # no super-block products (Q4_K, Q6_K)
+    "mv_nokq": [(SH + "matvec.comp", "for (uint b = lane; b < nbk; b += 8u) {",
+                 "for (uint b = lane; b < 0u; b += 8u) {")],
+}
+
+
+def build(name: str, dest: Path, work: Path) -> bool:
+    subprocess.run(["git", "checkout", "-q", "--", "."], cwd=work, check=True)
+    for f, text, repl in STUBS[name]:
+        p = work / f
+        src = p.read_text(encoding="utf-8")
+        if src.count(text) != 1:
+            print(f"{name}: anchor not found once in {f}: skipped", file=sys.stderr)
+            return False
+        p.write_text(src.replace(text, repl), encoding="utf-8")
+    r = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "SCons", "-Q", "-j2",
+                        "variant=release", "build/release/libgeist.so"], cwd=work,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"{name}: build failed\n{r.stdout[-2000:]}{r.stderr[-2000:]}", file=sys.stderr)
+        return False
+    subprocess.run(["strip", "--strip-unneeded", "-o", str(dest / f"{name}.so"),
+                    str(work / "build" / "release" / "libgeist.so")], check=True)
+    print("built", name, flush=True)
+    return True
+
+
+def main() -> int:
+    dest = Path(sys.argv[1]).resolve()
+    dest.mkdir(parents=True, exist_ok=True)
+    names = sys.argv[2:] or list(STUBS)
+    unknown = [n for n in names if n not in STUBS]
+    if unknown:
+        print(f"unknown stubs {unknown}; known: {sorted(STUBS)}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "wt"
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(work), "HEAD"], cwd=REPO,
+                       check=True)
+        try:
+            ok = [build(n, dest, work) for n in names]
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(work)], cwd=REPO)
+    return 0 if all(ok) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
