@@ -115,7 +115,7 @@ static int check_vocab(gt_vk_ctx *c, uint32_t n) {
     } else {
         const uint32_t slot[3] = {2, 3, 4};
         const VkBuffer bufs[3] = {lg.b, part.b, ids.b};
-        if (vk_kernel_make(c, "argmax", 3, slot, bufs, 16, &k)) {
+        if (vk_kernel_make(c, "argmax", 3, slot, bufs, 16, NULL, &k)) {
             rc = 1;
             printf("test_vk_argmax: the kernel\n");
         }

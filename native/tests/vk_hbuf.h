@@ -42,9 +42,10 @@ static inline void hbuf_free(gt_vk_ctx *c, hbuf *o) {
     if (o->mem) c->f.FreeMemory(c->dev, o->mem, NULL);
 }
 
-/* The built-in kernel `name` (gt_vk_shaders) as a pipeline of layout pl; 0 on success */
+/* The built-in kernel `name` (gt_vk_shaders) as a pipeline of layout pl, its specialization
+ * constants spec's (NULL: their defaults); 0 on success */
 static inline int vk_pipeline_make(gt_vk_ctx *c, const char *name, VkPipelineLayout pl,
-                                   VkPipeline *out) {
+                                   const VkSpecializationInfo *spec, VkPipeline *out) {
     const gt_vk_spv *s = NULL;
     for (int i = 0; i < gt_vk_n_shaders && !s; i++)
         if (strcmp(gt_vk_shaders[i].name, name) == 0) s = &gt_vk_shaders[i];
@@ -56,15 +57,16 @@ static inline int vk_pipeline_make(gt_vk_ctx *c, const char *name, VkPipelineLay
     const VkComputePipelineCreateInfo cpci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                  .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main"},
+                  .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main",
+                  .pSpecializationInfo = spec},
         .layout = pl};
     const VkResult vr = c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &cpci, NULL, out);
     c->f.DestroyShaderModule(c->dev, mod, NULL);
     return vr != VK_SUCCESS;
 }
 
-/* One built-in kernel (gt_vk_shaders' `name`) with n storage buffers at bindings slot[i] and
- * pc_bytes of push constants. */
+/* One built-in kernel (gt_vk_shaders' `name`) with n storage buffers at bindings slot[i],
+ * pc_bytes of push constants and the specialization constants spec (NULL: the defaults). */
 typedef struct vk_kernel {
     gt_vk_ctx *c;
     VkDescriptorSetLayout dsl;
@@ -80,7 +82,8 @@ typedef struct vk_kernel {
 
 /* 0 on success; on a failure what was made is left for vk_kernel_free */
 static inline int vk_kernel_make(gt_vk_ctx *c, const char *name, int n, const uint32_t *slot,
-                                 const VkBuffer *bufs, uint32_t pc_bytes, vk_kernel *k) {
+                                 const VkBuffer *bufs, uint32_t pc_bytes,
+                                 const VkSpecializationInfo *spec, vk_kernel *k) {
     memset(k, 0, sizeof *k);
     k->c = c;
     if (n > VK_KERNEL_MAX_BIND) return 1;
@@ -100,7 +103,7 @@ static inline int vk_kernel_make(gt_vk_ctx *c, const char *name, int n, const ui
                                              .pushConstantRangeCount = 1,
                                              .pPushConstantRanges = &pcr};
     if (c->f.CreatePipelineLayout(c->dev, &plci, NULL, &k->pl) != VK_SUCCESS ||
-        vk_pipeline_make(c, name, k->pl, &k->pipe))
+        vk_pipeline_make(c, name, k->pl, spec, &k->pipe))
         return 1;
     const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, (uint32_t)n};
     const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,

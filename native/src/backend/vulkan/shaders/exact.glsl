@@ -37,33 +37,56 @@ float fma_rn(float a, float b, float c) {
 }
 // 2^k for -126 <= k <= 127, exactly
 float pow2i(int k) { return uintBitsToFloat(uint(k + 127) << 23); }
-// a / b correctly rounded for normal operands and a normal quotient: both scaled into [1, 2) by
-// powers of two (exact; unscaled, a huge b overflowed two_prod's split into NaN: Gemma 3's GELU
-// divides by 1 + e^88), two residual steps (Markstein) on the driver's reciprocal, the residuals
-// exact, the quotient scaled back (exact). Zeros, infinities, NaNs and subnormals: the driver's.
+// a / b correctly rounded for normal operands: a guess at the quotient of the two mantissas (the
+// driver's reciprocal: Vulkan allows it 2.5 units in the last place off) moved to the nearest by
+// its exact integer residual.
+// ma / mb (the mantissas with their hidden bits, in [2^23, 2^24)) is M 2^-(23 + s) with M in
+// [2^23, 2^24], s = 1 where ma < mb; for a guess m a few units from M the residual
+// ma 2^(23 + s) - m mb is a few mb < 2^27, so the low 32 bits of uint arithmetic (which wraps)
+// are it. A tie (the residual exactly +-mb / 2, ma 2^(24 + s) = (2m +- 1) mb) cannot happen:
+// 2m +- 1, odd and at least 2^24 - 1, would divide ma < 2^24 (only ma = 2^24 - 1 with mb = 2^23,
+// and then no integer m does). About 20 dependent integer and float steps where two
+// Markstein steps on emulated fused multiply-adds took ~70. A quotient past the normal range is
+// m 2^-23 scaled by 2^k in two steps (exact but for the last rounding). Zeros, infinities, NaNs
+// and subnormal operands: the driver's.
+// For tests only (native/tests/test_vk_actq.c): a division whose guesses are exact (lavapipe's)
+// never runs the corrections, so a test pipeline sets bit 0 (the guess pushed up to 3 units off)
+// or bit 1 (the estimate of those units off by one, for the last step). The backend's pipelines
+// leave it 0, which the driver folds away.
+layout(constant_id = 15) const uint FDIV_GUESS_OFF = 0u;
 float fdiv_rn(float a, float b) {
-    int ea = int((floatBitsToUint(a) >> 23) & 255u), eb = int((floatBitsToUint(b) >> 23) & 255u);
+    uint ua = floatBitsToUint(a), ub = floatBitsToUint(b);
+    int ea = int((ua >> 23) & 255u), eb = int((ub >> 23) & 255u);
     if (ea == 0 || eb == 0 || ea == 255 || eb == 255) {
         precise float d = a / b;
         return d;
     }
-    precise float sa = a * pow2i(127 - ea);
-    precise float sb = b * pow2i(127 - eb);
-    precise float r = 1.0 / sb;
-    precise float q = sa * r;
-    for (int i = 0; i < 2; i++) {
-        float e = fma_rn(-q, sb, sa);
-        q = fma_rn(e, r, q);
-    }
-    int k = ea - eb; // q in (0.5, 2): q 2^k, in two steps where 2^k is not a normal float
-    if (k > 127) {
+    uint ma = (ua & 0x7fffffu) | 0x800000u, mb = (ub & 0x7fffffu) | 0x800000u;
+    uint s = ma < mb ? 1u : 0u;
+    float rb = 1.0 / float(mb); // one reciprocal for the guess and its correction's estimate
+    float q0 = float(ma) * rb;    // in (1/2, 2), a few units off
+    uint m = uint(q0 * float(1u << (23u + s)) + 0.5);
+    if ((FDIV_GUESS_OFF & 1u) != 0u) m = uint(int(m) + int((ma ^ mb) % 7u) - 3);
+    int r = int((ma << (23u + s)) - m * mb);
+    int k = int(round(float(r) * rb)); // the units m is off, give or take one
+    if ((FDIV_GUESS_OFF & 2u) != 0u) k += int(((ma >> 3) ^ mb) % 3u) - 1;
+    m = uint(int(m) + k);
+    r -= k * int(mb);
+    if (2 * r > int(mb)) m++;
+    else if (2 * r < -int(mb)) m--;
+    uint sign = (ua ^ ub) & 0x80000000u;
+    int eq = ea - eb + 127 - int(s); // the quotient's biased exponent: a / b = m 2^(eq - 150)
+    if (eq >= 1 && eq <= 254) return uintBitsToFloat(sign | ((uint(eq - 1) << 23) + m));
+    float q = uintBitsToFloat(sign | ((126u << 23) + m)); // m 2^-23, in [1, 2]
+    int e = eq - 127;
+    if (e > 127) {
         q = q * pow2i(127);
-        k -= 127;
-    } else if (k < -126) {
+        e -= 127;
+    } else if (e < -126) {
         q = q * pow2i(-126);
-        k += 126;
+        e += 126;
     }
-    precise float res = q * pow2i(k < -126 ? -126 : k);
+    precise float res = q * pow2i(e < -126 ? -126 : e);
     return res;
 }
 #endif
