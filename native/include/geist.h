@@ -531,8 +531,9 @@ typedef struct geist_sampler_options {
     uint32_t struct_size;
     float temperature;       /* default 0.8; 0 = greedy (argmax, lowest id on ties) */
     int32_t top_k;           /* default 40; 0 = off. Up to 1,024 is picked in one pass over the
-                              * logits (Gemma 3's 262,144: ~0.07 ms a draw); with 0 (or more),
-                              * top_p < 1 weighs and orders every candidate: 5-10 ms a draw */
+                              * logits (Gemma 3's 262,144: ~0.06 ms a draw); with 0 (or more),
+                              * top_p < 1 weighs every candidate and orders the best of them up
+                              * to top-p's cut (or min-p's): ~2 ms for Gemma 3's own logits */
     float top_p;             /* default 0.95; 1 = off */
     float min_p;             /* default 0.05; 0 = off */
     float repeat_penalty;    /* default 1.0 (off); >1 penalises tokens in the window */

@@ -1,6 +1,7 @@
 /* One draw of the sampler (sample/sampler.c) over a vocabulary's logits, with plain loops and with
- * AVX2, for greedy, the default chain (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05) and
- * top-p without top-k: the per-token host price that docs/BENCHMARKS.md's sampling section gives.
+ * AVX2, for greedy, the default chain (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05),
+ * top-p without top-k, and without min-p either: the per-token host price that
+ * docs/BENCHMARKS.md's sampling section gives.
  * Logits: normal-ish values from a fixed seed (the order of a real row: no rising run).
  *   scons variant=release && gcc -O2 -std=c17 -Inative/src -Inative/include \
  *     tests/bench/bench_sampler.c build/release/libgeist_static.a -lm -pthread -o /tmp/bench_sampler
@@ -59,14 +60,17 @@ int main(int argc, char **argv) {
             const char *name;
             float temperature, top_p;
             int32_t top_k;
-        } chains[3] = {{"greedy", 0.0f, 0.95f, 40}, {"default", 0.8f, 0.95f, 40},
-                       {"top_p 0.95, top_k 0", 0.8f, 0.95f, 0}};
-        for (int c = 0; c < 3; c++) {
+            float min_p;
+        } chains[4] = {{"greedy", 0.0f, 0.95f, 40, 0.05f}, {"default", 0.8f, 0.95f, 40, 0.05f},
+                       {"top_p 0.95, top_k 0", 0.8f, 0.95f, 0, 0.05f},
+                       {"... and min_p 0", 0.8f, 0.95f, 0, 0.0f}};
+        for (int c = 0; c < 4; c++) {
             geist_sampler_options o;
             gt_sampler_options_default(&o);
             o.temperature = chains[c].temperature;
             o.top_p = chains[c].top_p;
             o.top_k = chains[c].top_k;
+            o.min_p = chains[c].min_p;
             geist_sampler *s = NULL;
             gt_err err = {0};
             if (gt_sampler_create(n, &o, &s, &err) != GEIST_OK) return 1;
