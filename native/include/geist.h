@@ -292,6 +292,8 @@ typedef struct geist_device_stats {
     uint64_t role_ns[16], role_calls[16]; /* GEIST_DEVICE_ROLES of them used (profiling) */
     uint64_t id_rows; /* rows whose greedy token was picked on the device: only its id came back
                        * (the runtime's greedy requests; their logits stayed there) */
+    uint64_t fused_fma; /* 1 where the device's fma() rounds once, found by a probe at the first
+                         * session (the kernels take it); 0: they emulate it (the same values) */
 } geist_device_stats;
 
 GEIST_API geist_status geist_model_device_stats(const geist_model *model, geist_device_stats *out);

@@ -260,7 +260,7 @@ def _device_split(before: dict[str, int], after: dict[str, int], tokens: int, wa
         "passes": d["passes"], "recorded": d["recorded"],
         "dispatches_per_token": d["dispatches"] / max(tokens, 1),
         "barriers_per_token": d["barriers"] / max(tokens, 1),
-        "weight_bytes": weight_bytes}
+        "weight_bytes": weight_bytes, "fused_fma": bool(after.get("fused_fma", 0))}
     bw = next((v for k, v in DEVICE_BANDWIDTH.items() if k in device), None)
     out["bandwidth"] = bw
     out["bandwidth_fraction"] = (weight_bytes * tokens / wall_s / bw) if bw and wall_s > 0 else None
@@ -282,12 +282,13 @@ def _print_split(model: str, device: str, sp: dict[str, Any]) -> None:
     line = (f"  {sp['dispatches_per_token']:.0f} dispatches, {sp['barriers_per_token']:.0f} "
             f"barriers per token; {sp['recorded']} of {sp['passes']} passes recorded anew; weights "
             f"{sp['weight_bytes'] / 1e6:.1f} MB read per token")
+    fma = "the device's (once-rounded)" if sp.get("fused_fma") else "emulated"
     if sp["bandwidth_fraction"] is not None:
         line += (f": {100 * float(sp['bandwidth_fraction']):.2f}% of the "
                  f"{sp['bandwidth'] / 1e12:.1f} TB/s bound")
     else:
         line += " (no bandwidth figure for this device: geist.cli.DEVICE_BANDWIDTH)"
-    print(line)
+    print(line + f"; fma {fma}")
     if sp.get("roles"):
         print("  GPU time per token by role (--profile; a timestamp after every dispatch):")
         for k, (ms, calls) in sorted(sp["roles"].items(), key=lambda kv: -kv[1][0]):

@@ -270,7 +270,8 @@ class Model(_Handle):
         check(lib.geist_model_device_stats(self._require(), st))
         return {k: int(getattr(st, k)) for k in (
             "passes", "rows", "logit_rows", "dispatches", "barriers", "recorded", "plan_ns",
-            "record_ns", "wait_ns", "readback_ns", "gpu_ns", "gpu_timed", "id_rows")}
+            "record_ns", "wait_ns", "readback_ns", "gpu_ns", "gpu_timed", "id_rows",
+            "fused_fma")}
 
     def device_profile(self) -> dict[str, tuple[int, int]]:
         """With Engine(device_profile=True): the GPU nanoseconds and dispatch count by role

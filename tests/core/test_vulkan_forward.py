@@ -256,6 +256,29 @@ def test_sessions_come_and_go_beside_a_long_one(vk: geist.Engine) -> None:
     assert got == want
 
 
+def test_the_fma_probe_picks_the_kernels_fma() -> None:
+    # exact.glsl takes the device's fma() only where vk_forward.c's probe found it rounding once
+    # (fmaprobe.comp against the host's fmaf on 256 pairs, at the first session); else it
+    # emulates it: the same values either way (the bit-for-bit tests here run whichever it
+    # picked). lavapipe multiplies and adds (fma(x, y, -x*y) came back 0); NVIDIA's FFMA rounds
+    # once (the H200's run of this file)
+    path = testing.fixture_path("llama", "Q4_1")
+    eng = geist.Engine(backend="vulkan")
+    with geist.Model.load(path, engine=eng) as m:
+        assert m.device_stats()["fused_fma"] == 0  # no pipelines yet
+        s = m.session(max_seq_len=64)
+        fused = m.device_stats()["fused_fma"]
+        s.close()
+    device = eng.device
+    eng.close()
+    if "llvmpipe" in device:
+        assert fused == 0, device
+    elif "NVIDIA" in device:
+        assert fused == 1, device
+    else:
+        assert fused in (0, 1), device
+
+
 def test_decode_steps_replay_one_recording_with_fused_products() -> None:
     # vk_forward.c plans each pass as a list of dispatches and resubmits the last recording when
     # the list is unchanged (every decode step of one session); for decode rows the products make

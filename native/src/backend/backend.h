@@ -122,6 +122,7 @@ typedef struct gt_dev_stats {
     uint64_t plan_ns, record_ns, wait_ns, readback_ns, gpu_ns, gpu_timed;
     uint64_t role_ns[GEIST_DEVICE_ROLES], role_calls[GEIST_DEVICE_ROLES]; /* profiling */
     uint64_t id_rows; /* rows whose greedy id came back (gt_dev_row.argmax) without logits */
+    uint64_t fused_fma; /* 1: the kernels take the device's once-rounded fma (vulkan's probe) */
 } gt_dev_stats;
 
 typedef struct gt_device_ops {

@@ -43,6 +43,7 @@ def summary(plain: dict[str, Any], profiled: dict[str, Any], tg: int) -> dict[st
     return {f"tg{tg}": med, f"tg{tg}_spread": spread,
             "gpu_ms": sp.get("gpu_ms"), "gpu_ms_profiled": pp.get("gpu_ms"),
             "dispatches": sp.get("dispatches_per_token"), "barriers": sp.get("barriers_per_token"),
+            "fused_fma": sp.get("fused_fma"),
             "roles": {k: [1e3 * ms, calls] for k, (ms, calls) in pp.get("roles", {}).items()}}
 
 

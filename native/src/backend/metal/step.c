@@ -25,6 +25,7 @@ const gt_mtl_kernel_info gt_mtl_kernels[GT_MTL_K_COUNT] = {
     [GT_MTL_K_ATTN_MERGE] = {"attn_merge", B(1) | B(3) | B(5), 6 * 4, 64},
     [GT_MTL_K_MATMUL] = {"matmul", B(0) | B(3) | B(4) | B(5), 9 * 4, 128},
     [GT_MTL_K_ARGMAX] = {"argmax", B(2) | B(3) | B(4), 4 * 4, 128},
+    [GT_MTL_K_FMAPROBE] = {"fmaprobe", B(0), 1 * 4, 64},
 };
 
 /* ---- what the device runs (vk_forward.c's check_model, "metal:") ------------------------- */

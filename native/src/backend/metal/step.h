@@ -37,9 +37,11 @@ typedef enum gt_mtl_kernel {
     GT_MTL_K_EMBED, GT_MTL_K_QUANT, GT_MTL_K_MATVEC, GT_MTL_K_RMSNORM,
     GT_MTL_K_ROPE, GT_MTL_K_KVSTORE, GT_MTL_K_ATTN, GT_MTL_K_ACT,
     /* vulkan's, translated and checked (test_msl.py) but not in this plan: the split attention
-     * (vk_forward.c's device_attn_chunk), the prefill product (the plan keeps matvec) and the
-     * greedy id on the device (metal's device ops leave `argmax` unset: logits come back) */
-    GT_MTL_K_ATTN_PART, GT_MTL_K_ATTN_MERGE, GT_MTL_K_MATMUL, GT_MTL_K_ARGMAX, GT_MTL_K_COUNT
+     * (vk_forward.c's device_attn_chunk), the prefill product (the plan keeps matvec), the
+     * greedy id on the device (metal's device ops leave `argmax` unset: logits come back) and
+     * vulkan's fma probe (exact.glsl's FMA_EXACT stays at its default here: emulated) */
+    GT_MTL_K_ATTN_PART, GT_MTL_K_ATTN_MERGE, GT_MTL_K_MATMUL, GT_MTL_K_ARGMAX, GT_MTL_K_FMAPROBE,
+    GT_MTL_K_COUNT
 } gt_mtl_kernel;
 
 /* What a kernel's GLSL declares (and so its MSL): the bindings it uses, its push constants'

@@ -160,6 +160,7 @@ typedef struct gt_vk_fwd {
      * loads' latency so, but a CPU device (lavapipe) runs every lane, and the 4x workgroups
      * repeating the in-product 8-bit rows cost it ~6x: it keeps 8 lanes a row */
     bool wide;
+    bool fma; /* the device's fma() rounds once (probe_fused_fma): exact.glsl's FMA_EXACT */
     VkDescriptorSetLayout dsl;
     VkPipelineLayout pl;
     VkPipeline pipe[P_COUNT];
@@ -564,6 +565,112 @@ static uint32_t group_of(const gt_config *cf, const gt_vk_ctx *c) {
     return 1;
 }
 
+/* Whether the device's fma() rounds once, for exact.glsl's FMA_EXACT: fmaprobe.comp's
+ * fma(x, y, -(x * y)) over pairs of random signs, mantissas and exponents against the host's
+ * fmaf (the product's exact rounding error), every one equal. GLSL lets a driver multiply and
+ * add instead (llvmpipe does: 0 came back), so anything else, or any failure here, says no and
+ * the shaders keep their exact emulation. */
+static bool probe_fused_fma(gt_vk_model *vm) {
+    enum { N = 256 };
+    gt_vk_fwd *fw = vm->fwd;
+    gt_vk_ctx *c = vm->ctx;
+    const gt_vk_spv *s = NULL;
+    for (int i = 0; i < gt_vk_n_shaders && !s; i++)
+        if (strcmp(gt_vk_shaders[i].name, "fmaprobe") == 0) s = &gt_vk_shaders[i];
+    vbuf b;
+    gt_err e = {0};
+    if (!s || vbuf_make(c, 2 * N * sizeof(float), VB_READBACK, &b, NULL, "the fma probe", &e))
+        return false;
+    float *v = b.map, x[N], y[N];
+    uint32_t r = 0x9E3779B9u;
+    for (int i = 0; i < 2 * N; i++) {
+        r = r * 1664525u + 1013904223u;
+        const float m = 1.0f + (float)(r >> 9) * 0x1.0p-23f; /* every mantissa bit random */
+        v[i] = ldexpf((r & 1u) ? -m : m, (int)((r >> 1) % 17u) - 8);
+    }
+    for (int i = 0; i < N; i++) x[i] = v[2 * i], y[i] = v[2 * i + 1];
+    bool fused = false;
+    VkShaderModule mod = VK_NULL_HANDLE;
+    VkPipeline pipe = VK_NULL_HANDLE;
+    VkDescriptorPool pool = VK_NULL_HANDLE;
+    VkCommandPool cpool = VK_NULL_HANDLE;
+    VkFence fence = VK_NULL_HANDLE;
+    const VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                           .codeSize = s->size, .pCode = s->code};
+    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1};
+    const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                             .maxSets = 1, .poolSizeCount = 1, .pPoolSizes = &ps};
+    const VkCommandPoolCreateInfo cpci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                          .queueFamilyIndex = c->queue_family};
+    const VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if (c->f.CreateShaderModule(c->dev, &smci, NULL, &mod) != VK_SUCCESS ||
+        c->f.CreateDescriptorPool(c->dev, &dpci, NULL, &pool) != VK_SUCCESS ||
+        c->f.CreateCommandPool(c->dev, &cpci, NULL, &cpool) != VK_SUCCESS ||
+        c->f.CreateFence(c->dev, &fci, NULL, &fence) != VK_SUCCESS)
+        goto done;
+    const VkComputePipelineCreateInfo pci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                  .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main"},
+        .layout = fw->pl};
+    VkDescriptorSet set;
+    VkCommandBuffer cb;
+    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                             .descriptorPool = pool, .descriptorSetCount = 1,
+                                             .pSetLayouts = &fw->dsl};
+    const VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                             .commandPool = cpool,
+                                             .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                             .commandBufferCount = 1};
+    if (c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe) != VK_SUCCESS) {
+        pipe = VK_NULL_HANDLE;
+        goto done;
+    }
+    if (c->f.AllocateDescriptorSets(c->dev, &dai, &set) != VK_SUCCESS ||
+        c->f.AllocateCommandBuffers(c->dev, &cai, &cb) != VK_SUCCESS)
+        goto done;
+    const VkDescriptorBufferInfo dbi = {b.buf, 0, VK_WHOLE_SIZE};
+    const VkWriteDescriptorSet wr = {.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set,
+                                     .dstBinding = 0, .descriptorCount = 1,
+                                     .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                     .pBufferInfo = &dbi};
+    c->f.UpdateDescriptorSets(c->dev, 1, &wr, 0, NULL);
+    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    if (c->f.BeginCommandBuffer(cb, &bi) != VK_SUCCESS) goto done;
+    const uint32_t n = N;
+    c->f.CmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+    c->f.CmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, fw->pl, 0, 1, &set, 0, NULL);
+    c->f.CmdPushConstants(cb, fw->pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof n, &n);
+    c->f.CmdDispatch(cb, N / 64, 1, 1);
+    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                                .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
+    c->f.CmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                            0, 1, &mb, 0, NULL, 0, NULL);
+    if (c->f.EndCommandBuffer(cb) != VK_SUCCESS) goto done;
+    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
+                             .pCommandBuffers = &cb};
+    pthread_mutex_lock(&c->queue_lock);
+    VkResult vr = c->f.QueueSubmit(c->queue, 1, &si, fence);
+    pthread_mutex_unlock(&c->queue_lock);
+    if (vr != VK_SUCCESS || c->f.WaitForFences(c->dev, 1, &fence, VK_TRUE, UINT64_MAX) != VK_SUCCESS)
+        goto done;
+    fused = true;
+    for (int i = 0; i < N && fused; i++) {
+        const float p = x[i] * y[i], want = fmaf(x[i], y[i], -p);
+        fused = memcmp(&v[2 * i], &want, sizeof want) == 0;
+    }
+done:
+    if (fence) c->f.DestroyFence(c->dev, fence, NULL);
+    if (cpool) c->f.DestroyCommandPool(c->dev, cpool, NULL);
+    if (pool) c->f.DestroyDescriptorPool(c->dev, pool, NULL);
+    if (pipe) c->f.DestroyPipeline(c->dev, pipe, NULL);
+    if (mod) c->f.DestroyShaderModule(c->dev, mod, NULL);
+    vbuf_free(c, &b, NULL);
+    return fused;
+}
+
 /* pipelines, command pool, fence: at the first session */
 static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     gt_vk_fwd *fw = vm->fwd;
@@ -609,6 +716,8 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     fw->mm = lim->maxComputeSharedMemorySize >= MM_SHARED && lim->maxComputeWorkGroupInvocations >= 128;
     fw->wide = c->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     fw->attn_group = group_of(&vm->model->cfg, c);
+    fw->fma = probe_fused_fma(vm);
+    fw->stats.fused_fma = fw->fma;
     for (int p = 0; p < P_COUNT; p++) {
         /* a GPU groups only a prompt's rows (rec_attn): never split (at most SPLIT_ROWS rows)
          * nor fresh (one row a session), so of the grouped kernels only P_ATTN_G is made there */
@@ -630,22 +739,27 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         VkShaderModule mod;
         if (c->f.CreateShaderModule(c->dev, &smci, NULL, &mod) != VK_SUCCESS)
             return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot load shader %s", s->name);
-        /* matvec.comp's ROWS8 (1 or 2) and NORM_EPS, the model's RMSNorm epsilon */
-        const struct { uint32_t rows8; float eps; } sv = {p == P_MATVEC2 ? 2u : 1u,
-                                                          vm->model->cfg.eps};
-        const VkSpecializationMapEntry sme[2] = {{0, 0, 4}, {1, 4, 4}};
-        const VkSpecializationInfo spec = {2, sme, sizeof sv, &sv};
-        const uint32_t mm16[2] = {2u, 1u}; /* matmul.comp's MR, MT */
-        const VkSpecializationInfo spec16 = {2, sme, sizeof mm16, mm16};
-        const VkSpecializationInfo spec_g = {1, sme, sizeof fw->attn_group, &fw->attn_group};
+        /* specialization constants: every kernel's FMA_EXACT (exact.glsl; an id a kernel does
+         * not declare is ignored); matvec.comp's ROWS8 (1 or 2) and NORM_EPS (the model's
+         * RMSNorm epsilon), matmul.comp's MR and MT (16-row tiles), the grouped attention's GSZ */
+        struct { uint32_t c0, c1; VkBool32 fma; } sv = {0u, 0u, fw->fma ? VK_TRUE : VK_FALSE};
+        const VkSpecializationMapEntry sme[3] = {{14, 8, 4}, {0, 0, 4}, {1, 4, 4}};
+        uint32_t n_sme = 1;
+        if (p == P_MATVEC8 || p == P_MATVEC2) {
+            sv.c0 = p == P_MATVEC2 ? 2u : 1u;
+            memcpy(&sv.c1, &vm->model->cfg.eps, 4);
+            n_sme = 3;
+        } else if (p == P_MATMUL16) {
+            sv.c0 = 2u, sv.c1 = 1u, n_sme = 3;
+        } else if (grouped) {
+            sv.c0 = fw->attn_group, n_sme = 2;
+        }
+        const VkSpecializationInfo spec = {n_sme, sme, sizeof sv, &sv};
         const VkComputePipelineCreateInfo cpci = {
             .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
             .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                       .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main",
-                      .pSpecializationInfo = p == P_MATVEC8 || p == P_MATVEC2 ? &spec
-                                             : p == P_MATMUL16                 ? &spec16
-                                             : grouped                         ? &spec_g
-                                                                               : NULL},
+                      .pSpecializationInfo = &spec},
             .layout = fw->pl};
         const VkResult r = c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &cpci, NULL,
                                                        &fw->pipe[p]);

@@ -8,9 +8,17 @@
 // are the same on every IEEE-754 device.
 #ifndef GEIST_EXACT_GLSL
 #define GEIST_EXACT_GLSL
+// Where the device's fma() rounds once (vk_forward.c's probe_fused_fma found so on every test
+// pair: NVIDIA's FFMA), the backend sets FMA_EXACT and the steps below take it: the same values
+// (an exact product error, a once-rounded fma), ~2 operations where the emulation takes ~20.
+layout(constant_id = 14) const bool FMA_EXACT = false;
 // a * b = p + e exactly (|a|, |b| well inside the float range)
 vec2 two_prod(float a, float b) {
     precise float p = a * b;
+    if (FMA_EXACT) {
+        precise float e = fma(a, b, -p);
+        return vec2(p, e);
+    }
     precise float ta = 4097.0 * a;
     precise float ah = ta - (ta - a);
     precise float al = a - ah;
@@ -29,6 +37,10 @@ vec2 two_sum(float a, float b) {
 }
 // fma(a, b, c) rounded once (but for a double rounding of the two tails: far rarer than 1 in 2^24)
 float fma_rn(float a, float b, float c) {
+    if (FMA_EXACT) {
+        precise float r = fma(a, b, c);
+        return r;
+    }
     vec2 p = two_prod(a, b);
     vec2 s = two_sum(p.x, c);
     precise float t = s.y + p.y;
