@@ -3,8 +3,8 @@
  * cases the lanes' reduction must get right: the block of 256's value of largest magnitude the
  * first in index order when +m and -m tie (in one lane, in one group of 8 lanes, across groups),
  * all-zero and -0 blocks, products landing on .5 (round half away / to even), a partial last
- * workgroup of blocks of 32, and random values of wide range (1,001 blocks of 256: the scale
- * divisions, shaders/exact.glsl's fdiv_rn, over many mantissas).
+ * workgroup of blocks of 32, and random values of wide range (the other 1,000 of the 1,024 blocks
+ * of 256: the scale divisions, shaders/exact.glsl's fdiv_rn, over many mantissas).
  *
  * Run by tests/core/test_vulkan.py (which pins lavapipe): test_vk_actq run. Without arguments
  * (the suite's plain run of every test binary) it says so and exits 0. */

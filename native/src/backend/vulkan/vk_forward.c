@@ -586,7 +586,7 @@ static bool probe_fused_fma(gt_vk_model *vm) {
     for (int i = 0; i < 2 * N; i++) {
         r = r * 1664525u + 1013904223u;
         const float m = 1.0f + (float)(r >> 9) * 0x1.0p-23f; /* every mantissa bit random */
-        v[i] = ldexpf((r & 1u) ? -m : m, (int)((r >> 1) % 17u) - 8);
+        v[i] = ldexpf((r >> 31) ? -m : m, (int)((r >> 1) % 17u) - 8);
     }
     for (int i = 0; i < N; i++) x[i] = v[2 * i], y[i] = v[2 * i + 1];
     bool fused = false;
@@ -603,11 +603,19 @@ static bool probe_fused_fma(gt_vk_model *vm) {
     const VkCommandPoolCreateInfo cpci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                           .queueFamilyIndex = c->queue_family};
     const VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if (c->f.CreateShaderModule(c->dev, &smci, NULL, &mod) != VK_SUCCESS ||
-        c->f.CreateDescriptorPool(c->dev, &dpci, NULL, &pool) != VK_SUCCESS ||
-        c->f.CreateCommandPool(c->dev, &cpci, NULL, &cpool) != VK_SUCCESS ||
-        c->f.CreateFence(c->dev, &fci, NULL, &fence) != VK_SUCCESS)
-        goto done;
+    /* a failed create leaves its handle undefined: each is kept only on success */
+    VkShaderModule m0;
+    VkDescriptorPool p0;
+    VkCommandPool c0;
+    VkFence f0;
+    if (c->f.CreateShaderModule(c->dev, &smci, NULL, &m0) != VK_SUCCESS) goto done;
+    mod = m0;
+    if (c->f.CreateDescriptorPool(c->dev, &dpci, NULL, &p0) != VK_SUCCESS) goto done;
+    pool = p0;
+    if (c->f.CreateCommandPool(c->dev, &cpci, NULL, &c0) != VK_SUCCESS) goto done;
+    cpool = c0;
+    if (c->f.CreateFence(c->dev, &fci, NULL, &f0) != VK_SUCCESS) goto done;
+    fence = f0;
     const VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
@@ -622,10 +630,10 @@ static bool probe_fused_fma(gt_vk_model *vm) {
                                              .commandPool = cpool,
                                              .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
                                              .commandBufferCount = 1};
-    if (c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe) != VK_SUCCESS) {
-        pipe = VK_NULL_HANDLE;
+    VkPipeline q0;
+    if (c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &pci, NULL, &q0) != VK_SUCCESS)
         goto done;
-    }
+    pipe = q0;
     if (c->f.AllocateDescriptorSets(c->dev, &dai, &set) != VK_SUCCESS ||
         c->f.AllocateCommandBuffers(c->dev, &cai, &cb) != VK_SUCCESS)
         goto done;

@@ -63,7 +63,8 @@ float pow2i(int k) { return uintBitsToFloat(uint(k + 127) << 23); }
 // and subnormal operands: the driver's.
 // For tests only (native/tests/test_vk_actq.c): a division whose guesses are exact (lavapipe's)
 // never runs the corrections, so a test pipeline sets bit 0 (the guess pushed up to 3 units off)
-// or bit 1 (the estimate of those units off by one, for the last step). The backend's pipelines
+// or bit 1 (the estimate of those units off by one, for the last step, unless the quotient lies
+// near a half-unit, where that step alone could not make up for it). The backend's pipelines
 // leave it 0, which the driver folds away.
 layout(constant_id = 15) const uint FDIV_GUESS_OFF = 0u;
 float fdiv_rn(float a, float b) {
@@ -81,7 +82,8 @@ float fdiv_rn(float a, float b) {
     if ((FDIV_GUESS_OFF & 1u) != 0u) m = uint(int(m) + int((ma ^ mb) % 7u) - 3);
     int r = int((ma << (23u + s)) - m * mb);
     int k = int(round(float(r) * rb)); // the units m is off, give or take one
-    if ((FDIV_GUESS_OFF & 2u) != 0u) k += int(((ma >> 3) ^ mb) % 3u) - 1;
+    if ((FDIV_GUESS_OFF & 2u) != 0u && abs(float(r) * rb - float(k)) < 0.4)
+        k += int(((ma >> 3) ^ mb) % 3u) - 1;
     m = uint(int(m) + k);
     r -= k * int(mb);
     if (2 * r > int(mb)) m++;
