@@ -93,10 +93,11 @@ static int run_with(gt_vk_ctx *c, uint32_t off, hbuf *xb, hbuf *aq, hbuf *ad) {
     const VkSpecializationInfo spec = {1, &sme, sizeof off, &off};
     const uint32_t slot[3] = {2, 4, 5};
     const VkBuffer bufs[3] = {xb->b, aq->b, ad->b};
-    vk_kernel k = {0};
+    gt_vk_kernel k = {0};
+    gt_err e = {0};
     int rc = 0;
-    if (vk_kernel_make(c, "quant", 3, slot, bufs, 12, off ? &spec : NULL, &k))
-        rc = fail("the quant kernel");
+    if (gt_vk_kernel_make(c, "quant", 3, slot, bufs, 12, off ? &spec : NULL, &k, &e))
+        rc = fail(e.msg);
     for (uint32_t fmt = 0; fmt < 2 && !rc; fmt++) {
         memset(aq->map, 0x5A, N); /* what the device does not write stays visibly wrong */
         memset(ad->map, 0x5A, N / 32 * 4);
@@ -104,14 +105,14 @@ static int run_with(gt_vk_ctx *c, uint32_t off, hbuf *xb, hbuf *aq, hbuf *ad) {
         /* quant.comp over x's first nb blocks of fmt, as vk_forward.c dispatches it */
         const uint32_t pc[3] = {256, nb, fmt}, groups = fmt ? nb : (nb + 7) / 8;
         const void *pcs[1] = {pc};
-        if (vk_kernel_run(&k, 1, pcs, sizeof pc, &groups)) rc = fail("submit");
+        if (gt_vk_kernel_run(&k, 1, pcs, sizeof pc, &groups, &e)) rc = fail(e.msg);
         else
             rc = compare((const float *)xb->map, aq, ad, (int)fmt, (int64_t)nb * (fmt ? 256 : 32));
         if (!rc)
             printf("test_vk_actq: fmt %u, %u blocks, division guesses off %u: the CPU's bits\n",
                    fmt, nb, off);
     }
-    vk_kernel_free(&k);
+    gt_vk_kernel_free(&k);
     return rc;
 }
 

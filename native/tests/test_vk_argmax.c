@@ -106,7 +106,8 @@ static int check_vocab(gt_vk_ctx *c, uint32_t n) {
     if ((n + chunk - 1) / chunk > 128u) chunk = (n + 127u) / 128u;
     const uint32_t parts = (n + chunk - 1) / chunk;
     hbuf lg, part, ids;
-    vk_kernel k = {0};
+    gt_vk_kernel k = {0};
+    gt_err err = {0};
     int rc = 0;
     if (hbuf_make(c, (uint64_t)ROWS * n * 4, &lg) || hbuf_make(c, ROWS * parts * 8, &part) ||
         hbuf_make(c, ROWS * 4, &ids)) {
@@ -115,9 +116,9 @@ static int check_vocab(gt_vk_ctx *c, uint32_t n) {
     } else {
         const uint32_t slot[3] = {2, 3, 4};
         const VkBuffer bufs[3] = {lg.b, part.b, ids.b};
-        if (vk_kernel_make(c, "argmax", 3, slot, bufs, 16, NULL, &k)) {
+        if (gt_vk_kernel_make(c, "argmax", 3, slot, bufs, 16, NULL, &k, &err)) {
             rc = 1;
-            printf("test_vk_argmax: the kernel\n");
+            printf("test_vk_argmax: %s\n", err.msg);
         }
     }
     float *l = lg.map;
@@ -126,9 +127,9 @@ static int check_vocab(gt_vk_ctx *c, uint32_t n) {
     const uint32_t pc0[4] = {n, parts, chunk, 0}, pc1[4] = {n, parts, chunk, 1};
     const void *pcs[2] = {pc0, pc1};
     const uint32_t groups[2] = {ROWS * parts, ROWS};
-    if (!rc && vk_kernel_run(&k, 2, pcs, sizeof pc0, groups)) {
+    if (!rc && gt_vk_kernel_run(&k, 2, pcs, sizeof pc0, groups, &err)) {
         rc = 1;
-        printf("test_vk_argmax: submit\n");
+        printf("test_vk_argmax: %s\n", err.msg);
     }
     for (int r = 0; r < ROWS && !rc; r++) {
         const int32_t want = cpu_argmax(l + (size_t)r * n, n), got = ((const int32_t *)ids.map)[r];
@@ -138,7 +139,7 @@ static int check_vocab(gt_vk_ctx *c, uint32_t n) {
         }
     }
     if (!rc) printf("test_vk_argmax: n_vocab %u (%u parts): the CPU's ids\n", n, parts);
-    vk_kernel_free(&k);
+    gt_vk_kernel_free(&k);
     hbuf_free(c, &lg);
     hbuf_free(c, &part);
     hbuf_free(c, &ids);

@@ -154,6 +154,39 @@ geist_status gt_vk_model_init(gt_vk_ctx *c, struct geist_model *m, bool load_fil
                               gt_vk_model **out, bool *drop_span, gt_err *err);
 void gt_vk_model_free(gt_vk_model *vm);
 
+/* ---- built-in kernels (vk_kernel.c) ---- */
+struct gt_vk_spv;
+/* The built-in kernel `name` (gt_vk_shaders: its file name without .comp), or NULL. */
+const struct gt_vk_spv *gt_vk_spv_find(const char *name);
+/* s's pipeline of layout pl, its specialization constants spec's (NULL: their defaults); *out
+ * VK_NULL_HANDLE unless VK_SUCCESS (s NULL: VK_ERROR_INITIALIZATION_FAILED). */
+VkResult gt_vk_pipeline_make(gt_vk_ctx *c, const struct gt_vk_spv *s, VkPipelineLayout pl,
+                             const VkSpecializationInfo *spec, VkPipeline *out);
+
+/* One built-in kernel run on its own (a device probe at setup, the native kernel tests): its n
+ * storage buffers at bindings slot[i], pc_bytes of push constants, its own command pool. */
+#define GT_VK_KERNEL_MAX_BIND 8
+typedef struct gt_vk_kernel {
+    gt_vk_ctx *c;
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout pl;
+    VkPipeline pipe;
+    VkDescriptorPool dpool;
+    VkDescriptorSet set;
+    VkCommandPool cpool;
+    VkCommandBuffer cb;
+    VkFence fence;
+} gt_vk_kernel;
+/* On a failure what was made is freed (k stays safe to free again). */
+geist_status gt_vk_kernel_make(gt_vk_ctx *c, const char *name, int n, const uint32_t *slot,
+                               const VkBuffer *bufs, uint32_t pc_bytes,
+                               const VkSpecializationInfo *spec, gt_vk_kernel *k, gt_err *err);
+/* n dispatches in one submission, dispatch i with push constants pcs[i] and groups[i] workgroups
+ * (x), a barrier after each (the last one's to the host); waits for them. */
+geist_status gt_vk_kernel_run(gt_vk_kernel *k, int n, const void *const *pcs, uint32_t pc_bytes,
+                              const uint32_t *groups, gt_err *err);
+void gt_vk_kernel_free(gt_vk_kernel *k);
+
 /* ---- the forward pass (vk_forward.c) ---- */
 /* At model init, while the span is readable: decides whether the device runs this model (else
  * vm->refuse says why) and uploads the norm vectors. Fails only on device errors. */

@@ -572,14 +572,10 @@ static uint32_t group_of(const gt_config *cf, const gt_vk_ctx *c) {
  * the shaders keep their exact emulation. */
 static bool probe_fused_fma(gt_vk_model *vm) {
     enum { N = 256 };
-    gt_vk_fwd *fw = vm->fwd;
     gt_vk_ctx *c = vm->ctx;
-    const gt_vk_spv *s = NULL;
-    for (int i = 0; i < gt_vk_n_shaders && !s; i++)
-        if (strcmp(gt_vk_shaders[i].name, "fmaprobe") == 0) s = &gt_vk_shaders[i];
     vbuf b;
     gt_err e = {0};
-    if (!s || vbuf_make(c, 2 * N * sizeof(float), VB_READBACK, &b, NULL, "the fma probe", &e))
+    if (vbuf_make(c, 2 * N * sizeof(float), VB_READBACK, &b, NULL, "the fma probe", &e))
         return false;
     float *v = b.map, x[N], y[N];
     uint32_t r = 0x9E3779B9u;
@@ -589,92 +585,17 @@ static bool probe_fused_fma(gt_vk_model *vm) {
         v[i] = ldexpf((r >> 31) ? -m : m, (int)((r >> 1) % 17u) - 8);
     }
     for (int i = 0; i < N; i++) x[i] = v[2 * i], y[i] = v[2 * i + 1];
-    bool fused = false;
-    VkShaderModule mod = VK_NULL_HANDLE;
-    VkPipeline pipe = VK_NULL_HANDLE;
-    VkDescriptorPool pool = VK_NULL_HANDLE;
-    VkCommandPool cpool = VK_NULL_HANDLE;
-    VkFence fence = VK_NULL_HANDLE;
-    const VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                           .codeSize = s->size, .pCode = s->code};
-    const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1};
-    const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-                                             .maxSets = 1, .poolSizeCount = 1, .pPoolSizes = &ps};
-    const VkCommandPoolCreateInfo cpci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
-                                          .queueFamilyIndex = c->queue_family};
-    const VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    /* a failed create leaves its handle undefined: each is kept only on success */
-    VkShaderModule m0;
-    VkDescriptorPool p0;
-    VkCommandPool c0;
-    VkFence f0;
-    if (c->f.CreateShaderModule(c->dev, &smci, NULL, &m0) != VK_SUCCESS) goto done;
-    mod = m0;
-    if (c->f.CreateDescriptorPool(c->dev, &dpci, NULL, &p0) != VK_SUCCESS) goto done;
-    pool = p0;
-    if (c->f.CreateCommandPool(c->dev, &cpci, NULL, &c0) != VK_SUCCESS) goto done;
-    cpool = c0;
-    if (c->f.CreateFence(c->dev, &fci, NULL, &f0) != VK_SUCCESS) goto done;
-    fence = f0;
-    const VkComputePipelineCreateInfo pci = {
-        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                  .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main"},
-        .layout = fw->pl};
-    VkDescriptorSet set;
-    VkCommandBuffer cb;
-    const VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                                             .descriptorPool = pool, .descriptorSetCount = 1,
-                                             .pSetLayouts = &fw->dsl};
-    const VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                                             .commandPool = cpool,
-                                             .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                             .commandBufferCount = 1};
-    VkPipeline q0;
-    if (c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &pci, NULL, &q0) != VK_SUCCESS)
-        goto done;
-    pipe = q0;
-    if (c->f.AllocateDescriptorSets(c->dev, &dai, &set) != VK_SUCCESS ||
-        c->f.AllocateCommandBuffers(c->dev, &cai, &cb) != VK_SUCCESS)
-        goto done;
-    const VkDescriptorBufferInfo dbi = {b.buf, 0, VK_WHOLE_SIZE};
-    const VkWriteDescriptorSet wr = {.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set,
-                                     .dstBinding = 0, .descriptorCount = 1,
-                                     .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                     .pBufferInfo = &dbi};
-    c->f.UpdateDescriptorSets(c->dev, 1, &wr, 0, NULL);
-    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-    if (c->f.BeginCommandBuffer(cb, &bi) != VK_SUCCESS) goto done;
-    const uint32_t n = N;
-    c->f.CmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
-    c->f.CmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, fw->pl, 0, 1, &set, 0, NULL);
-    c->f.CmdPushConstants(cb, fw->pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof n, &n);
-    c->f.CmdDispatch(cb, N / 64, 1, 1);
-    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-                                .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
-    c->f.CmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT,
-                            0, 1, &mb, 0, NULL, 0, NULL);
-    if (c->f.EndCommandBuffer(cb) != VK_SUCCESS) goto done;
-    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
-                             .pCommandBuffers = &cb};
-    pthread_mutex_lock(&c->queue_lock);
-    VkResult vr = c->f.QueueSubmit(c->queue, 1, &si, fence);
-    pthread_mutex_unlock(&c->queue_lock);
-    if (vr != VK_SUCCESS || c->f.WaitForFences(c->dev, 1, &fence, VK_TRUE, UINT64_MAX) != VK_SUCCESS)
-        goto done;
-    fused = true;
+    const uint32_t slot = 0, n = N, groups = N / 64;
+    const void *pcs[1] = {&n};
+    gt_vk_kernel k;
+    bool fused = gt_vk_kernel_make(c, "fmaprobe", 1, &slot, &b.buf, sizeof n, NULL, &k, &e) ==
+                     GEIST_OK &&
+                 gt_vk_kernel_run(&k, 1, pcs, sizeof n, &groups, &e) == GEIST_OK;
     for (int i = 0; i < N && fused; i++) {
         const float p = x[i] * y[i], want = fmaf(x[i], y[i], -p);
         fused = memcmp(&v[2 * i], &want, sizeof want) == 0;
     }
-done:
-    if (fence) c->f.DestroyFence(c->dev, fence, NULL);
-    if (cpool) c->f.DestroyCommandPool(c->dev, cpool, NULL);
-    if (pool) c->f.DestroyDescriptorPool(c->dev, pool, NULL);
-    if (pipe) c->f.DestroyPipeline(c->dev, pipe, NULL);
-    if (mod) c->f.DestroyShaderModule(c->dev, mod, NULL);
+    gt_vk_kernel_free(&k);
     vbuf_free(c, &b, NULL);
     return fused;
 }
@@ -736,17 +657,9 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         /* the kernel, or its integer-dot-product build where the device takes those */
         char want[32];
         snprintf(want, sizeof want, "%s%s", k_pipe_names[p], c->int_dot ? "_idot" : "");
-        const gt_vk_spv *s = NULL;
-        for (int pass = 0; pass < 2 && !s; pass++)
-            for (int i = 0; i < gt_vk_n_shaders && !s; i++)
-                if (strcmp(gt_vk_shaders[i].name, pass ? k_pipe_names[p] : want) == 0)
-                    s = &gt_vk_shaders[i];
+        const gt_vk_spv *s = gt_vk_spv_find(want);
+        if (!s) s = gt_vk_spv_find(k_pipe_names[p]);
         if (!s) return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: shader %s is not built in", k_pipe_names[p]);
-        const VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                               .codeSize = s->size, .pCode = s->code};
-        VkShaderModule mod;
-        if (c->f.CreateShaderModule(c->dev, &smci, NULL, &mod) != VK_SUCCESS)
-            return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot load shader %s", s->name);
         /* specialization constants: every kernel's FMA_EXACT (exact.glsl; an id a kernel does
          * not declare is ignored); matvec.comp's ROWS8 (1 or 2) and NORM_EPS (the model's
          * RMSNorm epsilon), matmul.comp's MR and MT (16-row tiles), the grouped attention's GSZ */
@@ -763,20 +676,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
             sv.c0 = fw->attn_group, n_sme = 2;
         }
         const VkSpecializationInfo spec = {n_sme, sme, sizeof sv, &sv};
-        const VkComputePipelineCreateInfo cpci = {
-            .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-            .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                      .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main",
-                      .pSpecializationInfo = &spec},
-            .layout = fw->pl};
-        const VkResult r = c->f.CreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &cpci, NULL,
-                                                       &fw->pipe[p]);
-        c->f.DestroyShaderModule(c->dev, mod, NULL);
-        if (r != VK_SUCCESS) {
-            fw->pipe[p] = VK_NULL_HANDLE;
+        const VkResult r = gt_vk_pipeline_make(c, s, fw->pl, &spec, &fw->pipe[p]);
+        if (r != VK_SUCCESS)
             return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot build pipeline %s (%d)",
                            s->name, (int)r);
-        }
     }
     const VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                          .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
