@@ -17,8 +17,9 @@ PY=.venv/bin/python
 step "ruff"
 $PY -m ruff check python tests
 
-step "native build: release, asan and tsan"
+step "native build: release, asan and tsan; the in-kernel clock build (its bits are tested)"
 $PY -m SCons -Q -j2 variant=release,asan,tsan >/dev/null
+$PY -m SCons -Q -j2 gpu_clock=1 build/gpuclock-release/libgeist.so >/dev/null
 
 step "C unit tests (ASan+UBSan, leak detection on)"
 SMOL=$($PY -c "from geist import models; print(models.smollm2_path())")

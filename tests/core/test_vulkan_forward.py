@@ -32,6 +32,7 @@ import ctypes.util
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -1115,3 +1116,60 @@ def test_real_models_prefill_tiles_match_cpu_scalar(name: str, n: int, vk: geist
         runs.append(np.stack(rows))
     ref, got = runs
     assert np.array_equal(ref, got), max(_rel(a, b) for a, b in zip(ref, got, strict=True))
+
+
+CLOCK_LIB = ROOT / "build" / "gpuclock-release" / "libgeist.so"
+_CLOCK_RUN = """
+import sys
+import numpy as np
+from geist import _binding
+_binding.load_library(sys.argv[1])
+import geist
+eng = geist.Engine(backend="vulkan", attn_chunk=int(sys.argv[3]))
+with geist.Model.load(sys.argv[2], engine=eng) as m:
+    s = m.session(max_seq_len=64)
+    rows = list(s.eval([int(v) for v in sys.argv[4].split(",")]))
+    for _ in range(6):
+        s.step(None)
+        rows.append(s.logits())
+    s.close()
+eng.close()
+np.save(sys.stdout.buffer, np.stack(rows))
+"""
+
+
+@pytest.mark.skipif(not CLOCK_LIB.is_file(),
+                    reason=f"{CLOCK_LIB} not built (scons gpu_clock=1; scripts/test.sh builds it)")
+@pytest.mark.parametrize("chunk", [EXACT, SPLIT])
+def test_clock_build_marks_the_kernels_and_keeps_their_bits(chunk: int, tmp_path: Path) -> None:
+    # the in-kernel clock build (scons gpu_clock=1: shaders/clock.glsl's marks, vk_clock.c's
+    # table on stderr at the model's teardown), the device's instrument for where a kernel's time
+    # goes, must measure the kernels as they are: the same logits, bit for bit, as this build's,
+    # and a table with the decode path's marks (the attention's, the products' in-product norm and
+    # 8-bit rows) and no record dropped
+    import io
+
+    path = testing.fixture_path("llama", "Q4_1")
+    prompt = ",".join(str(t) for t in PROMPT)
+    res = subprocess.run([sys.executable, "-c", _CLOCK_RUN, str(CLOCK_LIB),
+                          str(path), str(chunk), prompt], capture_output=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
+    assert res.returncode == 0, res.stderr.decode()[-3000:]
+    got = np.load(io.BytesIO(res.stdout))
+    eng = geist.Engine(backend="vulkan", attn_chunk=chunk)
+    with geist.Model.load(path, engine=eng) as m:
+        s = m.session(max_seq_len=64)
+        rows = list(s.eval(PROMPT))
+        for _ in range(6):
+            s.step(None)
+            rows.append(s.logits())
+        s.close()
+    eng.close()
+    assert np.array_equal(np.stack(rows), got)
+    table = res.stderr.decode()
+    assert ", 0 records dropped" in table, table
+    attn = "attn_part_fresh" if chunk == SPLIT else "attn_fresh"  # lavapipe: their _grp builds
+    for line in (attn, "query heads ready", "V tiles' sums", "norm scales", "8-bit rows"):
+        assert line in table, (line, table)
+    if chunk == SPLIT:
+        assert "merged" in table, table

@@ -16,7 +16,8 @@
 # CPython 3.12), llama.cpp.tar.gz (llama-cpp-python 0.3.36's llama.cpp, trimmed to what builds
 # the two tools), python/geist (this checkout's package with build/release/libgeist.so and
 # geist.h in _native/), models/ (the real files' headers + tensor tables: standin.py makes the
-# stand-ins there), and this folder's scripts. Downloads are cached in ~/.cache/geist/gpukit.
+# stand-ins there), var/gpuclock.so (the in-kernel clock build, where it is built) and this
+# folder's scripts. Downloads are cached in ~/.cache/geist/gpukit.
 # Needs: this checkout built (scons variant=release, Vulkan shaders included), .venv, network.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -109,6 +110,16 @@ mkdir -p "$DEST/python/geist/_native"
 cp "$LIB" "$DEST/python/geist/_native/libgeist.so"
 cp "$REPO/native/include/geist.h" "$DEST/python/geist/_native/geist.h"
 
+# --- the in-kernel clock build (scons gpu_clock=1), if built: clock.py runs it there
+CLOCK_LIB=$REPO/build/gpuclock-release/libgeist.so
+mkdir -p "$DEST/var"
+rm -f "$DEST/var/gpuclock.so"
+if [ -f "$CLOCK_LIB" ]; then
+    strip --strip-unneeded -o "$DEST/var/gpuclock.so" "$CLOCK_LIB"
+else
+    echo "pack.sh: no $CLOCK_LIB (scons gpu_clock=1): the kit has no clock build"
+fi
+
 # --- the models' headers and tensor tables (the stand-ins are made on the device)
 mkdir -p "$DEST/models"
 for name in smollm2 gemma3; do
@@ -127,12 +138,14 @@ fi
 
 # --- the scripts, and what this kit was made from
 cp "$HERE/device.sh" "$HERE/bench.py" "$HERE/standin.py" "$HERE/ab.py" "$HERE/reply.py" "$HERE/prefill.py" "$HERE/roles.py" \
+    "$HERE/clock.py" \
     "$HERE/README.md" \
     "$DEST/"
 {
     echo "packed: $(date -u +%FT%TZ) on $(hostname)"
     echo "geist: $(git -C "$REPO" rev-parse HEAD)$(git -C "$REPO" diff --quiet HEAD -- native python || echo ' (+ local changes)')"
     echo "libgeist.so: $(sha256sum "$LIB" | cut -c1-16) $(date -u -r "$LIB" +%FT%TZ)"
+    [ ! -f "$CLOCK_LIB" ] || echo "var/gpuclock.so: $(date -u -r "$CLOCK_LIB" +%FT%TZ)"
     for d in "$DEST"/debs-*/*.deb; do echo "deb: ${d#"$DEST"/}"; done
     for w in "$DEST"/wheels/*.whl; do echo "wheel: ${w#"$DEST"/}"; done
     [ -z "$PREBUILT" ] || echo "prebuilt llama.cpp tools: $(ls "$DEST/prebuilt" | tr '\n' ' ')"

@@ -55,6 +55,46 @@ STUBS: dict[str, list[tuple[str, str, str]]] = {
     # no in-product RMSNorm
     "mv_nonorm": [(SH + "matvec.comp", "normed = selfq && (p.accumulate & 16u) != 0u;",
                    "normed = false;")],
+    # the driver's division instead of the exact one (session 19's integer residuals): what the
+    # correctly rounded divisions (twice in every 8-bit round; the softmax's 1 / sum, the
+    # SiLU/GELU) still cost
+    "fdiv_native": [(SH + "exact.glsl", "float fdiv_rn(float a, float b) {\n",
+                     "float fdiv_rn(float a, float b) {\n    if (b != 0.0) return a / b;\n")],
+    # not a stub but a variant (the same bits: the fixtures' tests pass on its library): the
+    # 8-bit rows' block maxima by subgroup operations instead of shared memory and barriers.
+    # Blocks of 32 (8 lanes, one cluster): no barrier a round (was 1); blocks of 256: the 8-lane
+    # groups' (magnitude, first such value) by clustered max/min and a shuffle, the groups'
+    # floats by round parity, one barrier a round (was 2). Assumes a workgroup's lanes in
+    # subgroup order (NVIDIA's, lavapipe's) and subgroups of at least 8 lanes.
+    "actq_subgroup": [
+        (SH + "actq.glsl", "#define GEIST_ACTQ_GLSL\n",
+         "#define GEIST_ACTQ_GLSL\n#extension GL_KHR_shader_subgroup_clustered : require\n"
+         "#extension GL_KHR_shader_subgroup_shuffle : require\n"),
+        (SH + "actq.glsl",
+         "        AQ_A(par, lane) = m;\n"
+         "        barrier(); // the next round writes the other half: no barrier after the reads\n"
+         "        float amax = 0.0;\n"
+         "        for (uint j = 0u; j < 8u; j++) amax = max(amax, AQ_A(par, g0 + j));\n",
+         "        float amax = subgroupClusteredMax(m, 8u);\n"),
+        (SH + "actq.glsl",
+         "    AQ_A(0u, lane) = a;\n    AQ_V(lane) = v;\n    barrier();\n"
+         "    if ((lane & 7u) == 0u) {\n        for (uint j = 1u; j < 8u; j++) {\n"
+         "            float aj = AQ_A(0u, lane + j);\n            if (aj > a) {\n"
+         "                a = aj;\n                v = AQ_V(lane + j);\n            }\n"
+         "        }\n        AQ_GA(lane >> 3) = a;\n        AQ_GV(lane >> 3) = v;\n    }\n"
+         "    barrier(); // the next round writes these floats after every lane's reads here\n",
+         "    uint gp = ((w0 >> 6) & 1u) * 16u;\n"
+         "    float a8 = subgroupClusteredMax(a, 8u);\n"
+         "    uint fi = subgroupClusteredMin(a == a8 ? gl_SubgroupInvocationID : 0xFFFFFFFFu,"
+         " 8u);\n"
+         "    float v8 = subgroupShuffle(v, fi);\n"
+         "    if ((lane & 7u) == 0u) {\n        ACTQ_SH(gp + (lane >> 3)) = a8;\n"
+         "        ACTQ_SH(gp + 8u + (lane >> 3)) = v8;\n    }\n    barrier();\n"),
+        (SH + "actq.glsl",
+         "        float aj = AQ_GA(j);\n        if (aj > amax) {\n            amax = aj;\n"
+         "            maxv = AQ_GV(j);\n",
+         "        float aj = ACTQ_SH(gp + j);\n        if (aj > amax) {\n            amax = aj;\n"
+         "            maxv = ACTQ_SH(gp + 8u + j);\n")],
     # no super-block products (Q4_K, Q6_K)
     "mv_nokq": [(SH + "matvec.comp", "for (uint b = lane; b < nbk; b += 8u) {",
                  "for (uint b = lane; b < 0u; b += 8u) {")],

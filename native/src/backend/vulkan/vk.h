@@ -187,6 +187,24 @@ geist_status gt_vk_kernel_run(gt_vk_kernel *k, int n, const void *const *pcs, ui
                               const uint32_t *groups, gt_err *err);
 void gt_vk_kernel_free(gt_vk_kernel *k);
 
+#ifdef GEIST_VK_CLOCK
+/* ---- the in-kernel clock build (vk_clock.c, shaders/clock.glsl; scons gpu_clock=1) ---- */
+#include <stdio.h>
+typedef struct gt_vk_clock {
+    VkBuffer buf; /* bound at 13 in every descriptor set; word 0 the words of records */
+    VkDeviceMemory mem;
+    uint32_t *map;
+    uint32_t words;
+    /* per mark id: records, and sums of its time since the workgroup's start (cycles, ns) and
+     * since the workgroup's previous mark (cycles) */
+    uint64_t passes, dropped, n[256], cyc[256], ns[256], step[256];
+} gt_vk_clock;
+geist_status gt_vk_clock_init(gt_vk_ctx *c, gt_vk_clock *k, gt_err *err);
+void gt_vk_clock_collect(gt_vk_clock *k); /* after a pass's fence */
+void gt_vk_clock_report(const gt_vk_clock *k, FILE *out);
+void gt_vk_clock_free(gt_vk_ctx *c, gt_vk_clock *k);
+#endif
+
 /* ---- the forward pass (vk_forward.c) ---- */
 /* At model init, while the span is readable: decides whether the device runs this model (else
  * vm->refuse says why) and uploads the norm vectors. Fails only on device errors. */

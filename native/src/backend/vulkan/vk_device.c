@@ -254,15 +254,30 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
     const VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                          .queueFamilyIndex = c->queue_family, .queueCount = 1,
                                          .pQueuePriorities = &prio};
-    const char *exts[2];
+    const char *exts[3];
     uint32_t n_on = 0;
     if (import) exts[n_on++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
     if (c->int_dot) exts[n_on++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
     VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idot_on = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR,
         .shaderIntegerDotProduct = VK_TRUE};
+    void *chain = c->int_dot ? &idot_on : NULL;
+#ifdef GEIST_VK_CLOCK
+    /* the in-kernel clock build (scons gpu_clock=1, vk_clock.h): every kernel reads the clocks */
+    if (!has_ext(ext, n_ext, VK_KHR_SHADER_CLOCK_EXTENSION_NAME)) {
+        gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: this is the in-kernel clock build, and %s "
+                "has no VK_KHR_shader_clock", c->props.deviceName);
+        gt_vk_ctx_free(c);
+        return GEIST_ERR_UNSUPPORTED;
+    }
+    exts[n_on++] = VK_KHR_SHADER_CLOCK_EXTENSION_NAME;
+    VkPhysicalDeviceShaderClockFeaturesKHR clock_on = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR, .pNext = chain,
+        .shaderSubgroupClock = VK_TRUE, .shaderDeviceClock = VK_TRUE};
+    chain = &clock_on;
+#endif
     const VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
-                                    .pNext = c->int_dot ? &idot_on : NULL,
+                                    .pNext = chain,
                                     .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci,
                                     .enabledExtensionCount = n_on, .ppEnabledExtensionNames = exts};
     r = c->f.CreateDevice(c->phys, &dci, NULL, &c->dev);

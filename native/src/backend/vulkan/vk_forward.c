@@ -41,7 +41,11 @@
 #define PASS_ROWS GT_VK_PASS_ROWS
 #define NARROW_ROWS 64
 #define LOGIT_ROWS 64 /* rows a pass gives logits or greedy ids of (gt_dev_row's output) */
+#ifdef GEIST_VK_CLOCK
+#define N_BIND 14 /* the clock build: binding 13 its records (shaders/clock.glsl) */
+#else
 #define N_BIND 13   /* storage buffer bindings of the one descriptor set layout */
+#endif
 #define MAX_GROUPS_X 65535u
 
 /* argmax.comp's parts of a row: 4,096 ids each (Gemma 3's 262,144: 64 workgroups a row), at most
@@ -199,6 +203,9 @@ typedef struct gt_vk_fwd {
     double ts_ns;     /* nanoseconds per timestamp tick */
     uint64_t ts_mask; /* the valid bits */
     gt_dev_stats stats; /* since the model's load (backend.h) */
+#ifdef GEIST_VK_CLOCK
+    gt_vk_clock clk;
+#endif
 } gt_vk_fwd;
 
 struct gt_dev_kv {
@@ -426,6 +433,10 @@ void gt_vk_fwd_free(gt_vk_model *vm) {
                     &fw->ap, &fw->cnt, &fw->amx, &fw->idh};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         vbuf_free(c, bufs[i], &vm->memory.device_local);
+#ifdef GEIST_VK_CLOCK
+    gt_vk_clock_report(&fw->clk, stderr);
+    gt_vk_clock_free(c, &fw->clk);
+#endif
     for (int i = 0; i < P_COUNT; i++)
         if (fw->pipe[i]) c->f.DestroyPipeline(c->dev, fw->pipe[i], NULL);
     if (fw->pl) c->f.DestroyPipelineLayout(c->dev, fw->pl, NULL);
@@ -647,6 +658,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     fw->attn_group = group_of(&vm->model->cfg, c);
     fw->fma = probe_fused_fma(vm);
     fw->stats.fused_fma = fw->fma;
+#ifdef GEIST_VK_CLOCK
+    geist_status cst = gt_vk_clock_init(c, &fw->clk, err);
+    if (cst) return cst;
+#endif
     for (int p = 0; p < P_COUNT; p++) {
         /* a GPU groups only a prompt's rows (rec_attn): never split (at most SPLIT_ROWS rows)
          * nor fresh (one row a session), so of the grouped kernels only P_ATTN_G is made there */
@@ -1081,6 +1096,9 @@ static VkDescriptorSet dset_for(gt_vk_ctx *c, gt_vk_fwd *fw, const VkBuffer bind
     VkWriteDescriptorSet wr[N_BIND];
     for (uint32_t i = 0; i < N_BIND; i++) {
         bi[i] = (VkDescriptorBufferInfo){bind[i] ? bind[i] : fw->x.buf, 0, VK_WHOLE_SIZE};
+#ifdef GEIST_VK_CLOCK
+        if (i == 13) bi[i].buffer = fw->clk.buf;
+#endif
         wr[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
                                        .dstSet = set, .dstBinding = i, .descriptorCount = 1,
                                        .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -1144,6 +1162,11 @@ static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
                 VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
                 VK_PIPELINE_STAGE_TRANSFER_BIT, CS);
     }
+#ifdef GEIST_VK_CLOCK
+    c->f.CmdFillBuffer(cb, fw->clk.buf, 0, 16, 0);
+    barrier(c, cb, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+            VK_PIPELINE_STAGE_TRANSFER_BIT, CS);
+#endif
     int last_pipe = -1;
     for (uint32_t i = 0; i < n; i++) {
         const cmd *e = &fw->plan[i];
@@ -1184,6 +1207,9 @@ static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
         if (prof) c->f.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, fw->qp, i + 1);
     }
     if (fw->qp && !prof) c->f.CmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, fw->qp, 1);
+#ifdef GEIST_VK_CLOCK
+    barrier(c, cb, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT, CS, VK_PIPELINE_STAGE_HOST_BIT);
+#endif
     return c->f.EndCommandBuffer(cb) == VK_SUCCESS;
 }
 
@@ -1780,6 +1806,9 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         return gt_fail(err, vr == VK_ERROR_DEVICE_LOST ? GEIST_ERR_INTERNAL : GEIST_ERR_OUT_OF_MEMORY,
                        "vulkan: the step failed on the device (%d)", (int)vr);
     }
+#ifdef GEIST_VK_CLOCK
+    gt_vk_clock_collect(&fw->clk);
+#endif
     const uint64_t t_done = now_ns();
     const size_t nv = (size_t)cf->n_vocab;
     const float *lg = fw->lgh.map;

@@ -122,6 +122,25 @@ void sset(uint k, uint j, float v) {
 }
 #include "vexp.glsl"
 #include "attn_kv.glsl"
+#include "clock.glsl"
+// the clock build's marks (clock.glsl): 0x10 attn, 0x20 attn_part, 0x30 attn_fresh, 0x40
+// attn_part_fresh, each + 0x40 grouped
+#ifdef ATTN_PART
+#define AK_PART 1u
+#else
+#define AK_PART 0u
+#endif
+#ifdef ATTN_FRESH
+#define AK_FRESH 2u
+#else
+#define AK_FRESH 0u
+#endif
+#ifdef ATTN_GROUP
+#define AK_GRP 4u
+#else
+#define AK_GRP 0u
+#endif
+#define AT_MARK(pt) clock_mark(0x10u * (1u + AK_PART + AK_FRESH + AK_GRP) + (pt))
 #ifdef ATTN_FRESH
 #define RMS_FINISH_ONLY
 #include "rmsscale.glsl"
@@ -396,6 +415,8 @@ void main() {
 #endif
     uint t = p.row0 + rg / ngrp, h0 = (rg % ngrp) * GSZ; // heads h0 .. h0 + GSZ - 1
     uint lid = gl_LocalInvocationID.x;
+    clock_start();
+    AT_MARK(0u);
     uint pos = IN[4u * t + 1u];
     uint first = p.window > 0u && pos + 1u > p.window ? pos + 1u - p.window : 0u;
     uint n_ctx = pos - first + 1u;
@@ -425,6 +446,7 @@ void main() {
         fresh_prologue(t, g, qb, lid);
         if (h0 % (p.n_head / p.n_head_kv) == 0u && c == 0u) fresh_store(g, lid);
 #endif
+        AT_MARK(1u); // the query heads (fresh: normed, rotated; the row's K/V stored)
         uint ntk = min(VT_FLOATS / (p.hk + 1u), 64u);
         for (uint j0 = 0u; j0 < n_ctx;) {
             uint nt = min(ntk, seg_end(first + j0, first + n_ctx) - (first + j0));
@@ -451,6 +473,7 @@ void main() {
                 mx[k] = max(mx[k], sc);
             }
     }
+    AT_MARK(2u); // the scores (lane 0's)
     // each head's maximum over the lanes (tw: no V tile's weights yet)
     for (uint k = 0u; k < GSZ; k++) tw[k * 64u + lid] = mx[k];
     barrier();
@@ -462,6 +485,7 @@ void main() {
     for (uint k = 0u; k < GSZ; k++) mx[k] = tw[k * 64u];
     if (!use_sh) memoryBarrierBuffer(); // S's scores seen by every lane (ssh: the barrier's)
     barrier();
+    AT_MARK(3u); // the maxima
     // every lane's exponentials (in ssh or S: two loops, as the sums below), then 8 lanes' sums
     for (uint k = 0u; k < GSZ; k++) {
         if (use_sh) {
@@ -478,6 +502,7 @@ void main() {
     }
     if (!use_sh) memoryBarrierBuffer();
     barrier();
+    AT_MARK(4u); // the exponentials
     if (lid < 8u * GSZ) { // head lid / 8, its lane lid % 8: positions first + l, first + l + 8, ... in order
         // (two loops, not sget's choice in the loop: the driver may load S beside ssh on every
         // step, a global load in the chain)
@@ -514,8 +539,10 @@ void main() {
 #endif
     }
 #ifdef ATTN_PART
+    AT_MARK(5u); // the sums
 #define OUT(k, i, v) S[((t * p.n_head + h0 + (k)) * p.sp_stride + c) * (p.hv + 2u) + 2u + (i)] = (v)
 #else
+    AT_MARK(5u);
 #define OUT(k, i, v) { O[(t * p.n_head + h0 + (k)) * p.hv + (i)] = (v); QOUT(k, i, v); }
 #endif
     if (tiled) {
@@ -575,6 +602,7 @@ void main() {
             }
             j0 += nt;
         }
+        AT_MARK(6u); // the V tiles' sums
         for (uint k = 0u; k < GSZ; k++) {
             if (lid < p.hv) OUT(k, lid, o[k][0]);
             if (lid + 64u < p.hv) OUT(k, lid + 64u, o[k][1]);
@@ -599,9 +627,11 @@ void main() {
         }
         OUT(k, i, o);
     }
+    AT_MARK(7u); // the outputs written
 #if defined(ATTN_FRESH) && !defined(ATTN_PART)
     if (p.qout != 0u)
         for (uint k = 0u; k < GSZ; k++) quant_out(t, h0 + k, k, lid);
+    AT_MARK(10u); // O's 8-bit rows
 #endif
 #ifdef ATTN_PART
     // The row's last chunk to finish merges them all (attn_merge.glsl: attn_merge.comp's
@@ -611,6 +641,7 @@ void main() {
     barrier();
     if (lid == 0u) last = atomicAdd(CNT[t * p.n_head + h0], 1u) == rnc - 1u ? 1u : 0u;
     barrier();
+    AT_MARK(last == 0u ? 8u : 9u); // counted: 8 done, 9 the merging one
     if (last == 0u) return; // the whole workgroup
     memoryBarrierBuffer();
     for (uint k = 0u; k < GSZ; k++) {
@@ -623,5 +654,6 @@ void main() {
 #endif
     }
     if (lid == 0u) CNT[t * p.n_head + h0] = 0u; // for the next layer's and step's chunks
+    AT_MARK(11u); // merged (and O's 8-bit rows)
 #endif
 }

@@ -69,6 +69,8 @@ float act_x(uint i) { // float activation i (token i / n_in)
 void aq_put(uint w, uint word) { SQ[w] = word; }
 void ad_put(uint b, float d) { SD[b] = d; }
 #include "actq.glsl"
+#include "clock.glsl"
+#define MV_MARK(pt) clock_mark(0x90u + 16u * ROWS8 + (pt))
 
 uint aqw(uint t, uint w) { // word w of token t's 8-bit row
     return selfq ? SQ[(t - chunk0) * (p.n_in >> 2) + w] : AQ[t * (p.n_in >> 2) + w];
@@ -150,6 +152,8 @@ float block_pr(Blk k, uint t, uint b, uint nb) {
 void main() {
     // rows beyond 65535 workgroups continue in y (a large vocabulary)
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x, lid = gl_LocalInvocationID.x;
+    clock_start();
+    MV_MARK(0u);
     // ROWS8 1: 8 rows of 8 lanes; 2: 2 rows of 32 lanes
     uint slot = ROWS8 == 1u ? lid >> 3 : (ROWS8 == 2u ? lid >> 5 : 0u); // which of the workgroup's rows
     uint lane = ROWS8 == 1u ? lid & 7u : (ROWS8 == 2u ? lid & 31u : lid); // which lane of that row
@@ -180,11 +184,13 @@ void main() {
                 float sc = rms_scale((t0 + k) * p.n_in, p.n_in, NORM_EPS, lid);
                 if (lid == 0u) nscale[k] = sc;
             }
+        if (normed) MV_MARK(1u); // the norm's scales (lane 0's)
         if (selfq) { // the chunk's rows, quantized by the whole workgroup, 64 words a round
             if (normed) barrier();
             uint nw = nt * (p.n_in >> 2); // the words' order is aqw's, their blocks' adv's
             for (uint w0 = 0u; w0 < nw; w0 += 64u) actq_round(t0 * p.n_in, w0, nw, lid, kq);
             barrier();
+            MV_MARK(2u); // the 8-bit rows in shared memory
         }
         float acc[NT];
         for (uint k = 0u; k < NT; k++) acc[k] = 0.0;
@@ -287,6 +293,7 @@ void main() {
                 acc[k] = sk;
             }
         }
+        MV_MARK(3u); // lane 0's block sums
         if (wtype != T_F32 && wtype != T_F16) {
             if (ROWS8 != 2u) // (ROWS8 2 wrote its rows' 8 lanes there)
                 for (uint k = 0u; k < NT; k++) red[k][lid] = acc[k];
@@ -338,6 +345,7 @@ void main() {
                 }
             }
             barrier();
+            MV_MARK(4u); // the outputs written
             continue;
         }
         for (uint k = 0u; k < NT; k++) red[k][lid] = acc[k];
@@ -352,5 +360,6 @@ void main() {
             Y[o] = (p.accumulate & 1u) != 0u ? Y[o] + red[lid][0] : red[lid][0];
         }
         barrier();
+        MV_MARK(4u);
     }
 }

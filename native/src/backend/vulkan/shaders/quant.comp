@@ -53,11 +53,19 @@ float act_x(uint i) { return X[i]; }
 void aq_put(uint w, uint word) { AQ[w] = word; }
 void ad_put(uint b, float d) { AD[b] = d; }
 #include "actq.glsl"
+#include "clock.glsl"
+#ifdef QUANT_FUSED
+#define QK_MARK(pt) clock_mark(0xD0u + (pt))
+#else
+#define QK_MARK(pt) clock_mark(0xC0u + (pt))
+#endif
 void main() {
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     // rows are n_in wide, n_in a multiple of the block: blocks, and their words, are consecutive
     uint nw = p.n_blocks * (p.fmt != 0u ? 64u : 8u);
     if (64u * wg >= nw) return; // the whole workgroup: before any barrier
+    clock_start();
+    QK_MARK(0u);
 #ifdef QUANT_FUSED
     if (p.mode == 1u) {
         uint first = 256u * wg, last = min(first + 255u, 4u * nw - 1u);
@@ -65,7 +73,9 @@ void main() {
         r1 = last / p.n_in;
         sc0 = rms_scale(r0 * p.n_in, p.n_in, p.eps, gl_LocalInvocationID.x);
         sc1 = r1 != r0 ? rms_scale(r1 * p.n_in, p.n_in, p.eps, gl_LocalInvocationID.x) : sc0;
+        QK_MARK(1u); // the norm's scales (lane 0's)
     }
 #endif
     actq_round(0u, 64u * wg, nw, gl_LocalInvocationID.x, p.fmt != 0u);
+    QK_MARK(4u);
 }
