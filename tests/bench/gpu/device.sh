@@ -19,6 +19,13 @@
 #                                        llama-{vulkan,cuda}-bin.tgz.part-* (15 MiB parts) into
 #                                        DIR (default $OUT): `pack.sh --prebuilt DIR` puts them
 #                                        in a later kit, whose setup then skips the builds
+#   bash .dev-gpu/device.sh study [PART ...]   geist only, the kit's library and var/'s (run from
+#                                        the checkout root): PARTs in order, default all of
+#                                        tests (the Vulkan tests on this GPU), clock (clock.py on
+#                                        var/gpuclock.so), roles (roles.py: the kit's library and
+#                                        var/stub-*.so), ab (ab.py var/base.so -> the kit's, 2
+#                                        rounds); each into $OUT, a part that fails logged and
+#                                        passed over; parts left once 540 s are spent are named
 #   --root DIR before the command puts /opt/... under DIR (a dry run of setup elsewhere)
 #
 # Everything lives in $W (/opt/gpukit) and two prefixes: Debian 12's libvulkan1 + X client
@@ -170,6 +177,39 @@ check() {
         "import geist; e = geist.Engine(backend='vulkan'); print('geist vulkan:', e.device); e.close()"
 }
 
+study() {  # [part ...]
+    setup
+    local out=${OUT:?no OUT} lib=$KIT/python/geist/_native/libgeist.so part
+    # the tests' processes open libvulkan.so.1 by name: Debian 12's loader, made findable
+    if [ -w /etc/ld.so.conf.d ]; then echo "$GEIST_LD" > /etc/ld.so.conf.d/zz-gpukit.conf; ldconfig; fi
+    export PYTHONPATH=$KIT/python:$W/site PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$GEIST_LD
+    export GEIST_TEST_VULKAN_ICD=$VK_DRIVER_FILES
+    local parts=("$@")
+    [ ${#parts[@]} -gt 0 ] || parts=(tests clock roles ab)
+    for part in "${parts[@]}"; do
+        if [ "$SECONDS" -ge 540 ]; then log "study: out of time before '$part'"; continue; fi
+        log "study: $part"
+        case "$part" in
+            tests) python3 -m pytest -q -m "not slow" -p no:cacheprovider --native="$lib" \
+                       tests/core/test_vulkan_forward.py > "$out/tests.txt" 2>&1 \
+                       || log "study: tests failed"
+                   tail -15 "$out/tests.txt" ;;
+            clock) if [ -f "$KIT/var/gpuclock.so" ]; then
+                       python3 "$KIT/clock.py" "$out/clock.json" "$KIT/var/gpuclock.so" \
+                           || log "study: clock failed"
+                   else log "study: no var/gpuclock.so (pack.sh after scons gpu_clock=1)"; fi ;;
+            roles) python3 "$KIT/roles.py" "$out/roles.json" "$lib" \
+                       $(ls "$KIT"/var/stub-*.so 2>/dev/null) || log "study: roles failed" ;;
+            ab) if [ -f "$KIT/var/base.so" ]; then
+                    python3 "$KIT/ab.py" "$KIT/var/base.so" "$lib" "$out/ab.json" 2 \
+                        || log "study: ab failed"
+                else log "study: no var/base.so to compare with"; fi ;;
+            *) log "study: unknown part '$part' (tests, clock, roles, ab)" ;;
+        esac
+    done
+    log "study: done in $SECONDS s"
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -180,6 +220,7 @@ case "$cmd" in
     bench) bench "$@" ;;
     check) check ;;
     save) save "${1:-}" ;;
+    study) study "$@" ;;
     all)  # sized for one call of 600 s: the llama.cpp part (about 2 minutes) only if it fits
         setup
         check || log "check failed: geist's part will report why; llama.cpp's part goes on"

@@ -73,7 +73,7 @@ static const char *family(uint32_t f) {
     static const char *const names[] = {
         "?", "attn", "attn_part", "attn_fresh", "attn_part_fresh", "attn_grp", "attn_part_grp",
         "attn_fresh_grp", "attn_part_fresh_grp", "matvec", "matvec rows8=1", "matvec rows8=2",
-        "quant", "quant_fused", "?", "?"};
+        "quant", "quant_fused", "rmsnorm", "argmax"};
     return names[f & 15u];
 }
 static const char *mark(uint32_t f, uint32_t m) {
@@ -85,8 +85,14 @@ static const char *mark(uint32_t f, uint32_t m) {
                                        "outputs written", "", "", "", "", "", "", "", "", "", "", ""};
     static const char *const qk[16] = {"start", "norm scales", "", "", "8-bit rows written", "",
                                        "", "", "", "", "", "", "", "", "", ""};
+    static const char *const rn[16] = {"start", "the scale", "", "", "written", "", "", "", "",
+                                       "", "", "", "", "", "", ""};
+    static const char *const am[16] = {"start", "", "", "", "a part's best", "the row's id", "",
+                                       "", "", "", "", "", "", "", "", ""};
     if (f >= 1 && f <= 8) return attn[m & 15u];
     if (f >= 9 && f <= 11) return mv[m & 15u];
+    if (f == 14) return rn[m & 15u];
+    if (f == 15) return am[m & 15u];
     return qk[m & 15u];
 }
 

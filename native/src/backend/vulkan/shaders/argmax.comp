@@ -1,4 +1,5 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // The greedy token of each logits row on the device, so that 4 bytes a row cross the bus instead
 // of the vocabulary's logits (Gemma 3: 1 MB a row): the sampler's greedy rule (sampler.h), the
 // first id of the largest logit, NaN never (nor -inf), +inf as FLT_MAX; -1 when no id is left.
@@ -37,8 +38,11 @@ void reduce_and_keep(uint lid, uint bv, uint bi) {
     }
 }
 
+#include "clock.glsl"
 void main() {
     const uint lid = gl_LocalInvocationID.x;
+    clock_start();
+    clock_mark(0xF0u);
     const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint bv = 0u;
     uint bi = NONE;
@@ -62,6 +66,7 @@ void main() {
             PART[2u * wg] = sv[0];
             PART[2u * wg + 1u] = si[0];
         }
+        clock_mark(0xF4u); // a part's best
     } else {
         const uint row = wg;
         for (uint k = lid; k < p.parts; k += 128u) {
@@ -75,5 +80,6 @@ void main() {
         }
         reduce_and_keep(lid, bv, bi);
         if (lid == 0u) IDS[row] = int(si[0]);
+        clock_mark(0xF5u); // the row's id
     }
 }

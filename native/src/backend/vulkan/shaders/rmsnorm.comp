@@ -12,10 +12,14 @@ layout(std430, binding = 7) readonly buffer Nb { float NW[]; };
 layout(push_constant) uniform P { uint n, w_off, gather, gather_at; float eps; uint acc; } p;
 #include "exact.glsl"
 #include "rmsscale.glsl"
+#include "clock.glsl"
 void main() {
     uint k = gl_WorkGroupID.x, lid = gl_LocalInvocationID.x;
+    clock_start();
+    clock_mark(0xE0u);
     uint src = p.gather != 0u ? IN[p.gather_at + k] : k;
     float scale = rms_scale(src * p.n, p.n, p.eps, lid);
+    clock_mark(0xE1u); // the scale
     // 4 values a lane loaded at once, then written (as rms_scale's loads: not a chain of waits)
     for (uint i0 = lid; i0 < p.n; i0 += 256u) {
         float xv[4], wv[4], yv[4];
@@ -38,4 +42,5 @@ void main() {
             }
         }
     }
+    clock_mark(0xE4u); // written (lane 0's)
 }
