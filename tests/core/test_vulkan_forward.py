@@ -1141,35 +1141,41 @@ np.save(sys.stdout.buffer, np.stack(rows))
 @pytest.mark.skipif(not CLOCK_LIB.is_file(),
                     reason=f"{CLOCK_LIB} not built (scons gpu_clock=1; scripts/test.sh builds it)")
 @pytest.mark.parametrize("chunk", [EXACT, SPLIT])
-def test_clock_build_marks_the_kernels_and_keeps_their_bits(chunk: int, tmp_path: Path) -> None:
+def test_clock_build_marks_the_kernels_and_keeps_their_bits(chunk: int, vk: geist.Engine,
+                                                             vk_split: geist.Engine) -> None:
     # the in-kernel clock build (scons gpu_clock=1: shaders/clock.glsl's marks, vk_clock.c's
-    # table on stderr at the model's teardown), the device's instrument for where a kernel's time
-    # goes, must measure the kernels as they are: the same logits, bit for bit, as this build's,
-    # and a table with the decode path's marks (the attention's, the products' in-product norm and
-    # 8-bit rows) and no record dropped
+    # table of the decode passes on stderr at the model's teardown), the device's instrument for
+    # where a kernel's time goes, must measure the kernels as they are: the same logits, bit for
+    # bit, as this build's, and a table with the decode path's marks (the attention's steps, the
+    # products' in-product norm and 8-bit rows, O's 8-bit rows made by the attention) and every
+    # workgroup marked
     import io
+    import re
 
     path = testing.fixture_path("llama", "Q4_1")
     prompt = ",".join(str(t) for t in PROMPT)
-    res = subprocess.run([sys.executable, "-c", _CLOCK_RUN, str(CLOCK_LIB),
-                          str(path), str(chunk), prompt], capture_output=True, timeout=300,
+    res = subprocess.run([sys.executable, "-c", _CLOCK_RUN, str(CLOCK_LIB), str(path), str(chunk),
+                          prompt], capture_output=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
     assert res.returncode == 0, res.stderr.decode()[-3000:]
     got = np.load(io.BytesIO(res.stdout))
-    eng = geist.Engine(backend="vulkan", attn_chunk=chunk)
-    with geist.Model.load(path, engine=eng) as m:
+    with geist.Model.load(path, engine=vk if chunk == EXACT else vk_split) as m:
         s = m.session(max_seq_len=64)
         rows = list(s.eval(PROMPT))
         for _ in range(6):
             s.step(None)
             rows.append(s.logits())
         s.close()
-    eng.close()
     assert np.array_equal(np.stack(rows), got)
     table = res.stderr.decode()
-    assert ", 0 records dropped" in table, table
+    # the 6 decode steps are counted, the prompt's pass is not
+    assert "geist clock: 6 decode passes (1 others not counted), 0 workgroups not marked" \
+        in table, table
     attn = "attn_part_fresh" if chunk == SPLIT else "attn_fresh"  # lavapipe: their _grp builds
-    for line in (attn, "query heads ready", "V tiles' sums", "norm scales", "8-bit rows"):
-        assert line in table, (line, table)
-    if chunk == SPLIT:
-        assert "merged" in table, table
+    marks = [(attn, "query heads ready"), (attn, "V tiles' sums"),
+             ("matvec rows8=1", "norm scales"), ("matvec rows8=1", "8-bit rows")]
+    # O's 8-bit rows: made by the head's workgroup, or by the merging one (inside "merged")
+    marks.append((attn, "merged" if chunk == SPLIT else "O's 8-bit rows"))
+    for kernel, mark in marks:
+        assert re.search(rf"geist clock: 0x[0-9a-f]{{2}} {re.escape(kernel)}\S* +"
+                         rf"{re.escape(mark)} +n +[1-9]", table), (kernel, mark, table)

@@ -1,9 +1,10 @@
 """Where a workgroup's time goes inside the decode kernels (session 20): the in-kernel clock
 build (`scons gpu_clock=1` -> build/gpuclock-release/libgeist.so; shaders/clock.glsl,
 native/src/backend/vulkan/vk_clock.c) runs `geist bench --backend vulkan --runs 1 --pp 16 --tg N`
-on each model, and its table (printed to stderr at the model's teardown) is read into JSON: per
-kernel and mark, the records, the mean SM cycles and device-clock ns since the workgroup's start,
-and the mean cycles since its previous mark (that step's own cost).
+on each model, and its table (printed to stderr at the model's teardown; decode passes only) is
+read into JSON: per kernel and mark, the records, the mean SM cycles and device-clock ticks (ns on
+NVIDIA) since the workgroup's start, and the mean cycles since its previous mark (that step's own
+cost).
 
     python3 .dev-gpu/clock.py OUT.json CLOCK.so [--model NAME=PATH ...] [--tg N]
 
@@ -30,7 +31,7 @@ with contextlib.redirect_stdout(io.StringIO()):
           "--runs", "1"])
 """
 LINE = re.compile(r"geist clock: 0x([0-9a-f]{2}) (.{20}) (.{24}) n +(\d+) +cycles +([\d.]+) +"
-                  r"ns +([\d.]+) +step +([\d.]+)")
+                  r"ticks +([\d.]+) +step +([\d.]+)")
 
 
 def parse(stderr: str) -> list[dict[str, Any]]:
@@ -39,7 +40,7 @@ def parse(stderr: str) -> list[dict[str, Any]]:
         m = LINE.match(ln)
         if m:
             rows.append({"id": int(m[1], 16), "kernel": m[2].strip(), "mark": m[3].strip(),
-                         "n": int(m[4]), "cycles": float(m[5]), "ns": float(m[6]),
+                         "n": int(m[4]), "cycles": float(m[5]), "ticks": float(m[6]),
                          "step_cycles": float(m[7])})
     return rows
 
@@ -55,8 +56,13 @@ def main() -> None:
     models = dict(m.split("=", 1) for m in a.model) if a.model else MODELS
     res: dict[str, Any] = {}
     for name, path in models.items():
-        r = subprocess.run([sys.executable, "-c", CODE, a.lib, path, str(a.tg)],
-                           capture_output=True, text=True, timeout=560)
+        try:
+            r = subprocess.run([sys.executable, "-c", CODE, a.lib, path, str(a.tg)],
+                               capture_output=True, text=True, timeout=280)
+        except subprocess.TimeoutExpired:
+            res[name] = {"rc": "timeout after 280 s"}
+            print(f"== {name}: timeout after 280 s")
+            continue
         head = [ln for ln in r.stderr.splitlines() if ln.startswith("geist clock:")][:1]
         res[name] = {"rc": r.returncode, "summary": head[0] if head else None,
                      "marks": parse(r.stderr)}

@@ -25,7 +25,8 @@
 #                                        var/gpuclock.so), roles (roles.py: the kit's library and
 #                                        var/stub-*.so), ab (ab.py var/base.so -> the kit's, 2
 #                                        rounds); each into $OUT, a part that fails logged and
-#                                        passed over; parts left once 540 s are spent are named
+#                                        passed over; each part stopped by 585 s (timeout), one
+#                                        that cannot start with 45 s left named
 #   --root DIR before the command puts /opt/... under DIR (a dry run of setup elsewhere)
 #
 # Everything lives in $W (/opt/gpukit) and two prefixes: Debian 12's libvulkan1 + X client
@@ -181,28 +182,34 @@ study() {  # [part ...]
     setup
     local out=${OUT:?no OUT} lib=$KIT/python/geist/_native/libgeist.so part
     # the tests' processes open libvulkan.so.1 by name: Debian 12's loader, made findable
-    if [ -w /etc/ld.so.conf.d ]; then echo "$GEIST_LD" > /etc/ld.so.conf.d/zz-gpukit.conf; ldconfig; fi
+    if [ -w /etc/ld.so.conf.d ]; then
+        echo "$GEIST_LD" > /etc/ld.so.conf.d/zz-gpukit.conf && ldconfig || log "study: ldconfig failed"
+    fi
     export PYTHONPATH=$KIT/python:$W/site PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$GEIST_LD
     export GEIST_TEST_VULKAN_ICD=$VK_DRIVER_FILES
-    local parts=("$@")
+    local parts=("$@") stubs=() left
     [ ${#parts[@]} -gt 0 ] || parts=(tests clock roles ab)
+    shopt -s nullglob
+    stubs=("$KIT"/var/stub-*.so)
+    shopt -u nullglob
     for part in "${parts[@]}"; do
-        if [ "$SECONDS" -ge 540 ]; then log "study: out of time before '$part'"; continue; fi
-        log "study: $part"
+        left=$((585 - SECONDS))  # each part stops by then: the call's 600 s
+        if [ "$left" -lt 45 ]; then log "study: out of time before '$part'"; continue; fi
+        log "study: $part (at most $left s)"
         case "$part" in
-            tests) python3 -m pytest -q -m "not slow" -p no:cacheprovider --native="$lib" \
-                       tests/core/test_vulkan_forward.py > "$out/tests.txt" 2>&1 \
-                       || log "study: tests failed"
+            tests) timeout "$left" python3 -m pytest -q -m "not slow" -p no:cacheprovider \
+                       --native="$lib" tests/core/test_vulkan_forward.py > "$out/tests.txt" 2>&1 \
+                       || log "study: tests failed or stopped"
                    tail -15 "$out/tests.txt" ;;
             clock) if [ -f "$KIT/var/gpuclock.so" ]; then
-                       python3 "$KIT/clock.py" "$out/clock.json" "$KIT/var/gpuclock.so" \
-                           || log "study: clock failed"
+                       timeout "$left" python3 "$KIT/clock.py" "$out/clock.json" \
+                           "$KIT/var/gpuclock.so" || log "study: clock failed or stopped"
                    else log "study: no var/gpuclock.so (pack.sh after scons gpu_clock=1)"; fi ;;
-            roles) python3 "$KIT/roles.py" "$out/roles.json" "$lib" \
-                       $(ls "$KIT"/var/stub-*.so 2>/dev/null) || log "study: roles failed" ;;
+            roles) timeout "$left" python3 "$KIT/roles.py" "$out/roles.json" "$lib" "${stubs[@]}" \
+                       || log "study: roles failed or stopped" ;;
             ab) if [ -f "$KIT/var/base.so" ]; then
-                    python3 "$KIT/ab.py" "$KIT/var/base.so" "$lib" "$out/ab.json" 2 \
-                        || log "study: ab failed"
+                    timeout "$left" python3 "$KIT/ab.py" "$KIT/var/base.so" "$lib" \
+                        "$out/ab.json" 2 || log "study: ab failed or stopped"
                 else log "study: no var/base.so to compare with"; fi ;;
             *) log "study: unknown part '$part' (tests, clock, roles, ab)" ;;
         esac

@@ -3,7 +3,8 @@ of the step left out or repeated, each a text substitution in a clean worktree o
 results are wrong (finite values, so a run completes); their decode time against HEAD's says
 what the part costs on the device.
 
-    tests/bench/gpu/stubs.py DEST [NAME ...]     (no NAME: every stub; DEST/NAME.so each)
+    tests/bench/gpu/stubs.py DEST [NAME ...]     (no NAME: every stub; DEST/stub-NAME.so each:
+                                                  DEST .dev-gpu/var for device.sh study)
 
 The anchors are HEAD's text: a stub whose anchor moved is reported and skipped. Needs this
 checkout's .venv (SCons) and glslc, as the release build does.
@@ -116,7 +117,7 @@ def build(name: str, dest: Path, work: Path) -> bool:
     if r.returncode != 0:
         print(f"{name}: build failed\n{r.stdout[-2000:]}{r.stderr[-2000:]}", file=sys.stderr)
         return False
-    subprocess.run(["strip", "--strip-unneeded", "-o", str(dest / f"{name}.so"),
+    subprocess.run(["strip", "--strip-unneeded", "-o", str(dest / f"stub-{name}.so"),
                     str(work / "build" / "release" / "libgeist.so")], check=True)
     print("built", name, flush=True)
     return True

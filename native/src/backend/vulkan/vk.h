@@ -176,14 +176,15 @@ typedef struct gt_vk_kernel {
     VkCommandPool cpool;
     VkCommandBuffer cb;
     VkFence fence;
+    uint32_t pc_bytes; /* its push constants' range */
 } gt_vk_kernel;
 /* On a failure what was made is freed (k stays safe to free again). */
 geist_status gt_vk_kernel_make(gt_vk_ctx *c, const char *name, int n, const uint32_t *slot,
                                const VkBuffer *bufs, uint32_t pc_bytes,
                                const VkSpecializationInfo *spec, gt_vk_kernel *k, gt_err *err);
-/* n dispatches in one submission, dispatch i with push constants pcs[i] and groups[i] workgroups
- * (x), a barrier after each (the last one's to the host); waits for them. */
-geist_status gt_vk_kernel_run(gt_vk_kernel *k, int n, const void *const *pcs, uint32_t pc_bytes,
+/* n dispatches in one submission, dispatch i with push constants pcs[i] (the kernel's pc_bytes
+ * each) and groups[i] workgroups (x), a barrier after each (the last one's to the host); waits. */
+geist_status gt_vk_kernel_run(gt_vk_kernel *k, int n, const void *const *pcs,
                               const uint32_t *groups, gt_err *err);
 void gt_vk_kernel_free(gt_vk_kernel *k);
 
@@ -191,16 +192,20 @@ void gt_vk_kernel_free(gt_vk_kernel *k);
 /* ---- the in-kernel clock build (vk_clock.c, shaders/clock.glsl; scons gpu_clock=1) ---- */
 #include <stdio.h>
 typedef struct gt_vk_clock {
-    VkBuffer buf; /* bound at 13 in every descriptor set; word 0 the words of records */
-    VkDeviceMemory mem;
-    uint32_t *map;
+    VkBuffer dev, host; /* dev: bound at 13 in every set (word 0 the blocks taken); host: its copy */
+    VkDeviceMemory dmem, hmem;
+    uint32_t *map; /* host's */
     uint32_t words;
-    /* per mark id: records, and sums of its time since the workgroup's start (cycles, ns) and
-     * since the workgroup's previous mark (cycles) */
-    uint64_t passes, dropped, n[256], cyc[256], ns[256], step[256];
+    /* per mark id: records, and sums of its time since the workgroup's start (cycles, device
+     * clock ticks) and since the workgroup's previous mark (cycles); decode passes counted,
+     * other passes skipped, workgroups past the buffer not marked */
+    uint64_t passes, skipped, dropped, n[256], cyc[256], ticks[256], step[256];
 } gt_vk_clock;
-geist_status gt_vk_clock_init(gt_vk_ctx *c, gt_vk_clock *k, gt_err *err);
-void gt_vk_clock_collect(gt_vk_clock *k); /* after a pass's fence */
+geist_status gt_vk_clock_init(gt_vk_ctx *c, gt_vk_clock *k, gt_err *err); /* no-op once made */
+void gt_vk_clock_begin(gt_vk_ctx *c, const gt_vk_clock *k, VkCommandBuffer cb); /* a pass's start */
+void gt_vk_clock_end(gt_vk_ctx *c, const gt_vk_clock *k, VkCommandBuffer cb);   /* and its end */
+void gt_vk_clock_collect(gt_vk_clock *k, bool decode); /* after a pass's fence; decode: a row a
+                                                        * session (the others are not counted) */
 void gt_vk_clock_report(const gt_vk_clock *k, FILE *out);
 void gt_vk_clock_free(gt_vk_ctx *c, gt_vk_clock *k);
 #endif

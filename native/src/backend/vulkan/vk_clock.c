@@ -1,46 +1,63 @@
 /* The in-kernel clock build's collector (`scons gpu_clock=1`: GEIST_VK_CLOCK here, GT_CLOCK in
  * the shaders; shaders/clock.glsl). A measurement build only: every kernel that marks its steps
- * appends records to one host-readable buffer (binding 13 of every descriptor set); after each
- * pass the host folds them into per-mark counts and sums, and the model's teardown prints the
- * table to stderr (geist bench's output carries it). In the product's builds this file is empty. */
+ * writes records into a device-local buffer (binding 13 of every descriptor set), copied into
+ * host-cached memory at the pass's end; after each decode pass (a row a session) the host folds
+ * them into per-mark counts and sums, and the model's teardown prints the table to stderr (geist
+ * bench's output carries it). In the product's builds this file is empty. */
 #include "vk.h"
 
 #ifdef GEIST_VK_CLOCK
 #include <stdio.h>
 #include <string.h>
 
-#define CLOCK_WORDS (4u * 1048576u) /* 16 MiB: ~1M records a pass; more are dropped (counted) */
+/* 16 MiB: 65,535 workgroups' blocks of 64 words a pass; a pass's further workgroups are not
+ * marked (counted as dropped) */
+#define CLOCK_WORDS (4u * 1048576u)
 
-geist_status gt_vk_clock_init(gt_vk_ctx *c, gt_vk_clock *k, gt_err *err) {
-    memset(k, 0, sizeof *k);
+/* a buffer of `bytes` with all of `want` (else all of `fallback`), bound; mapped if `map` */
+static geist_status clock_buffer(gt_vk_ctx *c, VkBufferUsageFlags usage, VkMemoryPropertyFlags want,
+                                 VkMemoryPropertyFlags fallback, VkBuffer *buf, VkDeviceMemory *mem,
+                                 void **map, gt_err *err) {
     const VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
-                                    .size = (VkDeviceSize)CLOCK_WORDS * 4,
-                                    .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
-                                             VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                    .size = (VkDeviceSize)CLOCK_WORDS * 4, .usage = usage,
                                     .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     VkBuffer b;
     if (c->f.CreateBuffer(c->dev, &bci, NULL, &b) != VK_SUCCESS)
-        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: the clock buffer");
-    k->buf = b;
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: the clock's buffers");
+    *buf = b;
     VkMemoryRequirements rq;
-    c->f.GetBufferMemoryRequirements(c->dev, k->buf, &rq);
-    const VkMemoryPropertyFlags hv =
-        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    int32_t t = gt_vk_memory_type(c, rq.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
-    if (t < 0) t = gt_vk_memory_type(c, rq.memoryTypeBits, hv);
+    c->f.GetBufferMemoryRequirements(c->dev, b, &rq);
+    int32_t t = gt_vk_memory_type(c, rq.memoryTypeBits, want);
+    if (t < 0) t = gt_vk_memory_type(c, rq.memoryTypeBits, fallback);
     const VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
                                       .allocationSize = rq.size, .memoryTypeIndex = (uint32_t)t};
     VkDeviceMemory m;
+    if (t < 0 || c->f.AllocateMemory(c->dev, &mai, NULL, &m) != VK_SUCCESS)
+        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: the clock's buffers' memory");
+    *mem = m;
+    if (c->f.BindBufferMemory(c->dev, b, m, 0) != VK_SUCCESS ||
+        (map && c->f.MapMemory(c->dev, m, 0, VK_WHOLE_SIZE, 0, map) != VK_SUCCESS))
+        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot bind or map the clock's buffers");
+    return GEIST_OK;
+}
+
+geist_status gt_vk_clock_init(gt_vk_ctx *c, gt_vk_clock *k, gt_err *err) {
+    if (k->dev) return GEIST_OK; /* made by an earlier, failed pipeline setup */
+    memset(k, 0, sizeof *k);
+    const VkMemoryPropertyFlags hv =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     void *map = NULL;
-    if (t < 0 || c->f.AllocateMemory(c->dev, &mai, NULL, &m) != VK_SUCCESS) {
+    /* the kernels write device-local memory (no bus in a mark); a copy after the pass brings
+     * the records into host-cached memory */
+    geist_status st = clock_buffer(c, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+                                   VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                   VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, &k->dev, &k->dmem, NULL, err);
+    if (!st)
+        st = clock_buffer(c, VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                          hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT, hv, &k->host, &k->hmem, &map, err);
+    if (st) {
         gt_vk_clock_free(c, k);
-        return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: the clock buffer's memory");
-    }
-    k->mem = m;
-    if (c->f.BindBufferMemory(c->dev, k->buf, k->mem, 0) != VK_SUCCESS ||
-        c->f.MapMemory(c->dev, k->mem, 0, VK_WHOLE_SIZE, 0, &map) != VK_SUCCESS) {
-        gt_vk_clock_free(c, k);
-        return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot map the clock buffer");
+        return st;
     }
     k->map = map;
     k->words = CLOCK_WORDS;
@@ -48,23 +65,57 @@ geist_status gt_vk_clock_init(gt_vk_ctx *c, gt_vk_clock *k, gt_err *err) {
 }
 
 void gt_vk_clock_free(gt_vk_ctx *c, gt_vk_clock *k) {
-    if (k->map) c->f.UnmapMemory(c->dev, k->mem);
-    if (k->buf) c->f.DestroyBuffer(c->dev, k->buf, NULL);
-    if (k->mem) c->f.FreeMemory(c->dev, k->mem, NULL);
+    if (k->map) c->f.UnmapMemory(c->dev, k->hmem);
+    if (k->host) c->f.DestroyBuffer(c->dev, k->host, NULL);
+    if (k->hmem) c->f.FreeMemory(c->dev, k->hmem, NULL);
+    if (k->dev) c->f.DestroyBuffer(c->dev, k->dev, NULL);
+    if (k->dmem) c->f.FreeMemory(c->dev, k->dmem, NULL);
     memset(k, 0, sizeof *k);
 }
 
-void gt_vk_clock_collect(gt_vk_clock *k) {
+static void clock_barrier(gt_vk_ctx *c, VkCommandBuffer cb, VkAccessFlags src, VkAccessFlags dst,
+                          VkPipelineStageFlags from, VkPipelineStageFlags to) {
+    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = src,
+                                .dstAccessMask = dst};
+    c->f.CmdPipelineBarrier(cb, from, to, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+void gt_vk_clock_begin(gt_vk_ctx *c, const gt_vk_clock *k, VkCommandBuffer cb) {
+    c->f.CmdFillBuffer(cb, k->dev, 0, 4, 0); /* no block taken yet */
+    clock_barrier(c, cb, VK_ACCESS_TRANSFER_WRITE_BIT,
+                  VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+                  VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT);
+}
+
+void gt_vk_clock_end(gt_vk_ctx *c, const gt_vk_clock *k, VkCommandBuffer cb) {
+    clock_barrier(c, cb, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT,
+                  VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT);
+    const VkBufferCopy all = {0, 0, (VkDeviceSize)k->words * 4};
+    c->f.CmdCopyBuffer(cb, k->dev, k->host, 1, &all);
+    clock_barrier(c, cb, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT,
+                  VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT);
+}
+
+void gt_vk_clock_collect(gt_vk_clock *k, bool decode) {
     if (!k->map) return;
-    const uint32_t used = k->map[0], n = used < k->words - 4 ? used : k->words - 4;
-    k->dropped += (used - n) / 4;
+    if (!decode) { /* a prompt's pass: the table is of decode steps */
+        k->skipped++;
+        return;
+    }
+    const uint32_t taken = k->map[0], cap = k->words / 64 - 1;
+    const uint32_t nb = taken < cap ? taken : cap;
+    k->dropped += taken - nb;
     k->passes++;
-    for (uint32_t i = 4; i + 4 <= n + 4; i += 4) {
-        const uint32_t id = k->map[i] & 255u;
-        k->n[id]++;
-        k->cyc[id] += k->map[i + 1];
-        k->ns[id] += k->map[i + 2];
-        k->step[id] += k->map[i + 3];
+    for (uint32_t b = 0; b < nb; b++) {
+        const uint32_t *blk = k->map + 64 + 64 * (size_t)b;
+        const uint32_t nr = blk[0] < 15 ? blk[0] : 15;
+        for (uint32_t r = 0; r < nr; r++) {
+            const uint32_t *rec = blk + 1 + 4 * r, id = rec[0] & 255u;
+            k->n[id]++;
+            k->cyc[id] += rec[1];
+            k->ticks[id] += rec[2];
+            k->step[id] += rec[3];
+        }
     }
 }
 
@@ -98,15 +149,17 @@ static const char *mark(uint32_t f, uint32_t m) {
 
 void gt_vk_clock_report(const gt_vk_clock *k, FILE *out) {
     if (!k->passes) return;
-    fprintf(out, "geist clock: %llu passes, %llu records dropped; a mark's mean time since its "
-            "workgroup's start (SM cycles; device clock ns) and since its previous mark (cycles)\n",
-            (unsigned long long)k->passes, (unsigned long long)k->dropped);
+    fprintf(out, "geist clock: %llu decode passes (%llu others not counted), %llu "
+            "workgroups not marked; a mark's mean time since its workgroup's start (SM cycles; "
+            "the device clock's ticks: ns on NVIDIA) and since its previous mark (cycles)\n",
+            (unsigned long long)k->passes, (unsigned long long)k->skipped,
+            (unsigned long long)k->dropped);
     for (uint32_t id = 0; id < 256; id++) {
         if (!k->n[id]) continue;
         const double n = (double)k->n[id];
-        fprintf(out, "geist clock: 0x%02x %-20s %-24s n %10llu  cycles %10.1f  ns %10.1f  "
+        fprintf(out, "geist clock: 0x%02x %-20s %-24s n %10llu  cycles %10.1f  ticks %10.1f  "
                 "step %10.1f\n", id, family(id >> 4), mark(id >> 4, id & 15u),
-                (unsigned long long)k->n[id], (double)k->cyc[id] / n, (double)k->ns[id] / n,
+                (unsigned long long)k->n[id], (double)k->cyc[id] / n, (double)k->ticks[id] / n,
                 (double)k->step[id] / n);
     }
 }

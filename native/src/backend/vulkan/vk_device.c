@@ -263,10 +263,18 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
         .shaderIntegerDotProduct = VK_TRUE};
     void *chain = c->int_dot ? &idot_on : NULL;
 #ifdef GEIST_VK_CLOCK
-    /* the in-kernel clock build (scons gpu_clock=1, vk_clock.h): every kernel reads the clocks */
-    if (!has_ext(ext, n_ext, VK_KHR_SHADER_CLOCK_EXTENSION_NAME)) {
+    /* the in-kernel clock build (scons gpu_clock=1, vk_clock.c): every marked kernel reads the
+     * SM's and the device's clocks */
+    VkPhysicalDeviceShaderClockFeaturesKHR clock_have = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR};
+    if (has_ext(ext, n_ext, VK_KHR_SHADER_CLOCK_EXTENSION_NAME)) {
+        VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                        .pNext = &clock_have};
+        c->f.GetPhysicalDeviceFeatures2(c->phys, &f2);
+    }
+    if (!clock_have.shaderSubgroupClock || !clock_have.shaderDeviceClock) {
         gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: this is the in-kernel clock build, and %s "
-                "has no VK_KHR_shader_clock", c->props.deviceName);
+                "has no VK_KHR_shader_clock with subgroup and device clocks", c->props.deviceName);
         gt_vk_ctx_free(c);
         return GEIST_ERR_UNSUPPORTED;
     }

@@ -39,9 +39,10 @@ geist_status gt_vk_kernel_make(gt_vk_ctx *c, const char *name, int n, const uint
                                const VkSpecializationInfo *spec, gt_vk_kernel *k, gt_err *err) {
     memset(k, 0, sizeof *k);
     k->c = c;
-    if (n < 1 || n > GT_VK_KERNEL_MAX_BIND || pc_bytes > 128)
+    k->pc_bytes = pc_bytes;
+    if (n < 1 || n > GT_VK_KERNEL_MAX_BIND || pc_bytes > 128 || pc_bytes % 4)
         return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "vulkan: kernel %s: %d bindings, %u bytes of "
-                       "push constants (at most %d and 128)", name, n, (unsigned)pc_bytes,
+                       "push constants (at most %d, and 128 in words)", name, n, (unsigned)pc_bytes,
                        GT_VK_KERNEL_MAX_BIND);
     const gt_vk_spv *s = gt_vk_spv_find(name);
     if (!s) return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: shader %s is not built in", name);
@@ -123,8 +124,9 @@ static void barrier_after(const gt_vk_kernel *k, VkAccessFlags dst, VkPipelineSt
                                0, NULL);
 }
 
-geist_status gt_vk_kernel_run(gt_vk_kernel *k, int n, const void *const *pcs, uint32_t pc_bytes,
+geist_status gt_vk_kernel_run(gt_vk_kernel *k, int n, const void *const *pcs,
                               const uint32_t *groups, gt_err *err) {
+    const uint32_t pc_bytes = k->pc_bytes;
     gt_vk_ctx *c = k->c;
     if (!c || !k->fence)
         return gt_fail(err, GEIST_ERR_INVALID_ARGUMENT, "vulkan: the kernel was not made");

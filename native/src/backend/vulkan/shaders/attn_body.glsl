@@ -629,9 +629,10 @@ void main() {
     }
     AT_MARK(7u); // the outputs written
 #if defined(ATTN_FRESH) && !defined(ATTN_PART)
-    if (p.qout != 0u)
+    if (p.qout != 0u) {
         for (uint k = 0u; k < GSZ; k++) quant_out(t, h0 + k, k, lid);
-    AT_MARK(10u); // O's 8-bit rows
+        AT_MARK(10u); // O's 8-bit rows
+    }
 #endif
 #ifdef ATTN_PART
     // The row's last chunk to finish merges them all (attn_merge.glsl: attn_merge.comp's
