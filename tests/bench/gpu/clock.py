@@ -62,6 +62,8 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             res[name] = {"rc": "timeout after 280 s"}
             print(f"== {name}: timeout after 280 s")
+            with open(a.out, "w", encoding="utf-8") as f:
+                json.dump(res, f, indent=1)
             continue
         head = [ln for ln in r.stderr.splitlines() if ln.startswith("geist clock:")][:1]
         res[name] = {"rc": r.returncode, "summary": head[0] if head else None,

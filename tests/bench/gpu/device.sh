@@ -197,18 +197,18 @@ study() {  # [part ...]
         if [ "$left" -lt 45 ]; then log "study: out of time before '$part'"; continue; fi
         log "study: $part (at most $left s)"
         case "$part" in
-            tests) timeout "$left" python3 -m pytest -q -m "not slow" -p no:cacheprovider \
+            tests) timeout -k 10 "$left" python3 -m pytest -q -m "not slow" -p no:cacheprovider \
                        --native="$lib" tests/core/test_vulkan_forward.py > "$out/tests.txt" 2>&1 \
                        || log "study: tests failed or stopped"
                    tail -15 "$out/tests.txt" ;;
             clock) if [ -f "$KIT/var/gpuclock.so" ]; then
-                       timeout "$left" python3 "$KIT/clock.py" "$out/clock.json" \
+                       timeout -k 10 "$left" python3 "$KIT/clock.py" "$out/clock.json" \
                            "$KIT/var/gpuclock.so" || log "study: clock failed or stopped"
                    else log "study: no var/gpuclock.so (pack.sh after scons gpu_clock=1)"; fi ;;
-            roles) timeout "$left" python3 "$KIT/roles.py" "$out/roles.json" "$lib" "${stubs[@]}" \
+            roles) timeout -k 10 "$left" python3 "$KIT/roles.py" "$out/roles.json" "$lib" "${stubs[@]}" \
                        || log "study: roles failed or stopped" ;;
             ab) if [ -f "$KIT/var/base.so" ]; then
-                    timeout "$left" python3 "$KIT/ab.py" "$KIT/var/base.so" "$lib" \
+                    timeout -k 10 "$left" python3 "$KIT/ab.py" "$KIT/var/base.so" "$lib" \
                         "$out/ab.json" 2 || log "study: ab failed or stopped"
                 else log "study: no var/base.so to compare with"; fi ;;
             *) log "study: unknown part '$part' (tests, clock, roles, ab)" ;;

@@ -198,8 +198,8 @@ typedef struct gt_vk_clock {
     uint32_t words;
     /* per mark id: records, and sums of its time since the workgroup's start (cycles, device
      * clock ticks) and since the workgroup's previous mark (cycles); decode passes counted,
-     * other passes skipped, workgroups past the buffer not marked */
-    uint64_t passes, skipped, dropped, n[256], cyc[256], ticks[256], step[256];
+     * other passes skipped, workgroups past the buffer not marked, marks past a block's 15 */
+    uint64_t passes, skipped, dropped, lost, n[256], cyc[256], ticks[256], step[256];
 } gt_vk_clock;
 geist_status gt_vk_clock_init(gt_vk_ctx *c, gt_vk_clock *k, gt_err *err); /* no-op once made */
 void gt_vk_clock_begin(gt_vk_ctx *c, const gt_vk_clock *k, VkCommandBuffer cb); /* a pass's start */

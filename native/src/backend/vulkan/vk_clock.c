@@ -10,9 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
-/* 16 MiB: 65,535 workgroups' blocks of 64 words a pass; a pass's further workgroups are not
- * marked (counted as dropped) */
-#define CLOCK_WORDS (4u * 1048576u)
+/* 32 MiB: 131,071 workgroups' blocks of 64 words a pass (a Gemma 3 decode pass on a GPU takes
+ * ~67,000: 32,768 of them the output product); a pass's further workgroups, its last ones, are not
+ * marked (counted) */
+#define CLOCK_WORDS (8u * 1048576u)
 
 /* a buffer of `bytes` with all of `want` (else all of `fallback`), bound; mapped if `map` */
 static geist_status clock_buffer(gt_vk_ctx *c, VkBufferUsageFlags usage, VkMemoryPropertyFlags want,
@@ -109,6 +110,7 @@ void gt_vk_clock_collect(gt_vk_clock *k, bool decode) {
     for (uint32_t b = 0; b < nb; b++) {
         const uint32_t *blk = k->map + 64 + 64 * (size_t)b;
         const uint32_t nr = blk[0] < 15 ? blk[0] : 15;
+        k->lost += blk[0] - nr;
         for (uint32_t r = 0; r < nr; r++) {
             const uint32_t *rec = blk + 1 + 4 * r, id = rec[0] & 255u;
             k->n[id]++;
@@ -150,10 +152,11 @@ static const char *mark(uint32_t f, uint32_t m) {
 void gt_vk_clock_report(const gt_vk_clock *k, FILE *out) {
     if (!k->passes) return;
     fprintf(out, "geist clock: %llu decode passes (%llu others not counted), %llu "
-            "workgroups not marked; a mark's mean time since its workgroup's start (SM cycles; "
-            "the device clock's ticks: ns on NVIDIA) and since its previous mark (cycles)\n",
+            "workgroups not marked, %llu marks past a block's 15 lost; a mark's mean time since "
+            "its workgroup's start (SM cycles; the device clock's ticks: ns on NVIDIA) and since "
+            "its previous mark (cycles)\n",
             (unsigned long long)k->passes, (unsigned long long)k->skipped,
-            (unsigned long long)k->dropped);
+            (unsigned long long)k->dropped, (unsigned long long)k->lost);
     for (uint32_t id = 0; id < 256; id++) {
         if (!k->n[id]) continue;
         const double n = (double)k->n[id];

@@ -7,7 +7,7 @@
 // the mark's id and the workgroup, the SM's cycles and the device clock's ticks
 // (VK_KHR_shader_clock: subgroup and device scope) since the start, and the SM's cycles since the
 // previous mark (the step's own cost, whatever marks other paths skip); the block's word 0 says
-// how many (at most 15). In every other build the marks are nothing (and the kernels declare no
+// how many marks it reached (records: the first 15). In every other build the marks are nothing (and the kernels declare no
 // clock capability or binding 13).
 #ifndef GEIST_CLOCK_GLSL
 #define GEIST_CLOCK_GLSL
@@ -21,21 +21,23 @@ void clock_start() {
     clk_at = 0u;
     clk_n = 0u;
     if (gl_LocalInvocationIndex == 0u) {
-        uint at = 64u + 64u * atomicAdd(CLK[0], 1u);
-        if (at + 64u <= uint(CLK.length())) clk_at = at;
+        uint b = atomicAdd(CLK[0], 1u);
+        if (b < uint(CLK.length()) / 64u - 1u) clk_at = 64u + 64u * b;
     }
     clk_c0 = clock2x32ARB();
     clk_r0 = clockRealtime2x32EXT();
     clk_prev = clk_c0.x;
 }
 void clock_mark(uint id) {
-    if (gl_LocalInvocationIndex != 0u || clk_at == 0u || clk_n >= 15u) return;
+    if (gl_LocalInvocationIndex != 0u || clk_at == 0u) return;
     uvec2 c = clock2x32ARB(), r = clockRealtime2x32EXT();
-    uint at = clk_at + 1u + 4u * clk_n;
-    CLK[at] = id | (min(gl_WorkGroupID.x, 0xFFFFFFu) << 8);
-    CLK[at + 1u] = c.x - clk_c0.x;
-    CLK[at + 2u] = r.x - clk_r0.x;
-    CLK[at + 3u] = c.x - clk_prev;
+    if (clk_n < 15u) { // the block's room; later marks only counted (the host reports them lost)
+        uint at = clk_at + 1u + 4u * clk_n;
+        CLK[at] = id | (min(gl_WorkGroupID.x, 0xFFFFFFu) << 8);
+        CLK[at + 1u] = c.x - clk_c0.x;
+        CLK[at + 2u] = r.x - clk_r0.x;
+        CLK[at + 3u] = c.x - clk_prev;
+    }
     clk_prev = c.x;
     clk_n++;
     CLK[clk_at] = clk_n;
