@@ -4,7 +4,7 @@ native/src/backend/vulkan/vk_clock.c) runs `geist bench --backend vulkan --runs 
 on each model, and its table (printed to stderr at the model's teardown; decode passes only) is
 read into JSON: per kernel and mark, the records, the mean SM cycles and device-clock ticks (ns on
 NVIDIA) since the workgroup's start, and the mean cycles since its previous mark (that step's own
-cost).
+cost); then each step in microseconds (the SM clock's rate from the device clock's ticks).
 
     python3 .dev-gpu/clock.py OUT.json CLOCK.so [--model NAME=PATH ...] [--tg N]
 
@@ -45,6 +45,18 @@ def parse(stderr: str) -> list[dict[str, Any]]:
     return rows
 
 
+def segments(marks: list[dict[str, Any]]) -> tuple[float, list[str]]:
+    """The SM clock's ns a cycle (the device clock's ticks over the cycles of the marks furthest
+    from their workgroup's start: ns on NVIDIA; 1 on lavapipe, whose clocks are the CPU's), and a
+    line per mark with its step's mean in microseconds: what each step of a chain costs."""
+    far = sorted(marks, key=lambda m: m["cycles"], reverse=True)[:8]
+    cyc = sum(m["cycles"] * m["n"] for m in far)
+    ns = sum(m["ticks"] * m["n"] for m in far) / cyc if cyc else 0.0
+    lines = [f"  {m['kernel']:<20} {m['mark']:<24} step {m['step_cycles'] * ns / 1e3:8.3f} us  "
+             f"(from the start {m['cycles'] * ns / 1e3:8.3f} us, n {m['n']})" for m in marks]
+    return ns, lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
@@ -74,6 +86,11 @@ def main() -> None:
         for ln in r.stderr.splitlines():
             if ln.startswith("geist clock:"):
                 print(ln)
+        if res[name]["marks"]:
+            ns, lines = segments(res[name]["marks"])
+            res[name]["ns_per_cycle"] = ns
+            print(f"== {name}: each mark's step in microseconds ({ns:.4f} ns a cycle)")
+            print("\n".join(lines))
         with open(a.out, "w", encoding="utf-8") as f:
             json.dump(res, f, indent=1)
 
