@@ -125,6 +125,10 @@ typedef struct gt_vk_ctx {
 geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *err);
 void gt_vk_ctx_free(gt_vk_ctx *c);
 
+/* cb submitted alone on the context's queue (under queue_lock) with `fence` (reset first), and
+ * waited for: the first failing call's result, else VK_SUCCESS. */
+VkResult gt_vk_submit_wait(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence);
+
 /* A memory type index with all of `want` among the bits of `types`, or -1. */
 int32_t gt_vk_memory_type(const gt_vk_ctx *c, uint32_t types, VkMemoryPropertyFlags want);
 

@@ -332,3 +332,15 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
     *out = c;
     return GEIST_OK;
 }
+
+VkResult gt_vk_submit_wait(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence) {
+    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
+                             .pCommandBuffers = &cb};
+    VkResult r = c->f.ResetFences(c->dev, 1, &fence);
+    if (r != VK_SUCCESS) return r;
+    pthread_mutex_lock(&c->queue_lock);
+    r = c->f.QueueSubmit(c->queue, 1, &si, fence);
+    pthread_mutex_unlock(&c->queue_lock);
+    if (r != VK_SUCCESS) return r;
+    return c->f.WaitForFences(c->dev, 1, &fence, VK_TRUE, UINT64_MAX);
+}

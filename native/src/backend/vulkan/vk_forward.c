@@ -1790,15 +1790,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         fw->stats.barriers += fw->plan[i].barrier;
     }
     const uint64_t t_sub = now_ns();
-    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
-                             .pCommandBuffers = &fw->cb};
-    VkResult vr = c->f.ResetFences(c->dev, 1, &fw->fence);
-    if (vr == VK_SUCCESS) {
-        pthread_mutex_lock(&c->queue_lock);
-        vr = c->f.QueueSubmit(c->queue, 1, &si, fw->fence);
-        pthread_mutex_unlock(&c->queue_lock);
-    }
-    if (vr == VK_SUCCESS) vr = c->f.WaitForFences(c->dev, 1, &fw->fence, VK_TRUE, UINT64_MAX);
+    const VkResult vr = gt_vk_submit_wait(c, fw->cb, fw->fence);
     if (vr != VK_SUCCESS) {
         fw->cb_valid = false;
         return gt_fail(err, vr == VK_ERROR_DEVICE_LOST ? GEIST_ERR_INTERNAL : GEIST_ERR_OUT_OF_MEMORY,

@@ -148,15 +148,7 @@ geist_status gt_vk_kernel_run(gt_vk_kernel *k, int n, const void *const *pcs,
     barrier_after(k, VK_ACCESS_HOST_READ_BIT, VK_PIPELINE_STAGE_HOST_BIT);
     if (c->f.EndCommandBuffer(k->cb) != VK_SUCCESS)
         return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot record a kernel's commands");
-    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
-                             .pCommandBuffers = &k->cb};
-    VkResult vr = c->f.ResetFences(c->dev, 1, &k->fence);
-    if (vr == VK_SUCCESS) {
-        pthread_mutex_lock(&c->queue_lock);
-        vr = c->f.QueueSubmit(c->queue, 1, &si, k->fence);
-        pthread_mutex_unlock(&c->queue_lock);
-    }
-    if (vr == VK_SUCCESS) vr = c->f.WaitForFences(c->dev, 1, &k->fence, VK_TRUE, UINT64_MAX);
+    const VkResult vr = gt_vk_submit_wait(c, k->cb, k->fence);
     if (vr != VK_SUCCESS)
         return gt_fail(err, vr == VK_ERROR_DEVICE_LOST ? GEIST_ERR_INTERNAL : GEIST_ERR_OUT_OF_MEMORY,
                        "vulkan: kernel run failed on the device (%d)", (int)vr);

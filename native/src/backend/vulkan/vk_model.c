@@ -179,14 +179,7 @@ static VkResult submit_copy(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence, VkB
     const VkBufferCopy region = {.srcOffset = 0, .dstOffset = dst_off, .size = n};
     c->f.CmdCopyBuffer(cb, src, dst, 1, &region);
     if ((r = c->f.EndCommandBuffer(cb)) != VK_SUCCESS) return r;
-    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
-                             .pCommandBuffers = &cb};
-    if ((r = c->f.ResetFences(c->dev, 1, &fence)) != VK_SUCCESS) return r;
-    pthread_mutex_lock(&c->queue_lock);
-    r = c->f.QueueSubmit(c->queue, 1, &si, fence);
-    pthread_mutex_unlock(&c->queue_lock);
-    if (r != VK_SUCCESS) return r;
-    return c->f.WaitForFences(c->dev, 1, &fence, VK_TRUE, UINT64_MAX);
+    return gt_vk_submit_wait(c, cb, fence);
 }
 
 static geist_status upload(gt_vk_ctx *c, gt_vk_model *vm, const uint8_t *base, gt_err *err) {
