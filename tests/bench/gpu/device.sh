@@ -26,7 +26,8 @@
 #                                        var/stub-*.so), ab (ab.py var/base.so -> the kit's, 2
 #                                        rounds); each into $OUT, a part that fails logged and
 #                                        passed over; each part stopped by 585 s (timeout), one
-#                                        that cannot start with 45 s left named
+#                                        that cannot start with 45 s left named; `study --budget S
+#                                        [PART ...]` stops by S s instead (a call granted less)
 #   --root DIR before the command puts /opt/... under DIR (a dry run of setup elsewhere)
 #
 # Everything lives in $W (/opt/gpukit) and two prefixes: Debian 12's libvulkan1 + X client
@@ -178,7 +179,9 @@ check() {
         "import geist; e = geist.Engine(backend='vulkan'); print('geist vulkan:', e.device); e.close()"
 }
 
-study() {  # [part ...]
+study() {  # [--budget S] [part ...]
+    local budget=585
+    if [ "${1:-}" = --budget ]; then budget=$2; shift 2; fi
     setup
     local out=${OUT:?no OUT} lib=$KIT/python/geist/_native/libgeist.so part
     # the tests' processes open libvulkan.so.1 by name: Debian 12's loader, made findable
@@ -193,7 +196,7 @@ study() {  # [part ...]
     stubs=("$KIT"/var/stub-*.so)
     shopt -u nullglob
     for part in "${parts[@]}"; do
-        left=$((585 - SECONDS))  # each part stops by then: the call's 600 s
+        left=$((budget - SECONDS))  # each part stops by then: the call's 600 s
         if [ "$left" -lt 45 ]; then log "study: out of time before '$part'"; continue; fi
         log "study: $part (at most $left s)"
         case "$part" in
