@@ -96,6 +96,32 @@ STUBS: dict[str, list[tuple[str, str, str]]] = {
          "            maxv = AQ_GV(j);\n",
          "        float aj = ACTQ_SH(gp + j);\n        if (aj > amax) {\n            amax = aj;\n"
          "            maxv = ACTQ_SH(gp + 8u + j);\n")],
+    # a variant too (the same bits): the RMSNorm's float-float lane tree (rmsscale.glsl's
+    # rms_finish: the in-product norms, rmsnorm.comp, quant_fused, the attention's QK norm) on
+    # subgroup shuffles for its steps below the subgroup's size: the same pairs (lane l adds
+    # lane l + h's, h = 32, 16, .., 1) in the same order, 3 barriers where it took 8 (NVIDIA's
+    # 32 lanes). Assumes a workgroup's lanes in subgroup order, as actq_subgroup does.
+    "rms_subgroup": [
+        (SH + "rmsscale.glsl", "#define GEIST_RMSSCALE_GLSL\n",
+         "#define GEIST_RMSSCALE_GLSL\n#extension GL_KHR_shader_subgroup_basic : require\n"
+         "#extension GL_KHR_shader_subgroup_shuffle_relative : require\n"),
+        (SH + "rmsscale.glsl",
+         "    nred[lid] = s;\n    barrier();\n    for (uint h = 32u; h > 0u; h >>= 1) {\n"
+         "        if (lid < h) nred[lid] = ff_add(nred[lid], nred[lid + h]);\n"
+         "        barrier();\n    }\n"
+         "    // m = ss / n + eps; y = 1 / sqrt(m) by one Newton step in float-float from the float"
+         " guess\n    vec2 ss = nred[0];\n",
+         "    nred[lid] = s;\n    barrier();\n    uint h = 32u;\n"
+         "    for (; h >= gl_SubgroupSize && h > 0u; h >>= 1) {\n"
+         "        if (lid < h) nred[lid] = ff_add(nred[lid], nred[lid + h]);\n"
+         "        barrier();\n    }\n"
+         "    if (h > 0u) {\n        s = nred[lid];\n"
+         "        for (; h > 0u; h >>= 1) {\n"
+         "            vec2 o = subgroupShuffleDown(s, h);\n"
+         "            if (lid < h) s = ff_add(s, o);\n        }\n"
+         "        barrier(); // every lane has read nred\n"
+         "        if (lid == 0u) nred[0] = s;\n        barrier();\n    }\n"
+         "    vec2 ss = nred[0];\n")],
     # no super-block products (Q4_K, Q6_K)
     "mv_nokq": [(SH + "matvec.comp", "for (uint b = lane; b < nbk; b += 8u) {",
                  "for (uint b = lane; b < 0u; b += 8u) {")],
