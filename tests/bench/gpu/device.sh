@@ -181,7 +181,10 @@ check() {
 
 study() {  # [--budget S] [part ...]
     local budget=585
-    if [ "${1:-}" = --budget ]; then budget=$2; shift 2; fi
+    if [ "${1:-}" = --budget ]; then
+        [[ "${2:-}" =~ ^[0-9]+$ ]] || { log "study: --budget takes seconds (a whole number)"; return 2; }
+        budget=$2; shift 2
+    fi
     setup
     local out=${OUT:?no OUT} lib=$KIT/python/geist/_native/libgeist.so part
     # the tests' processes open libvulkan.so.1 by name: Debian 12's loader, made findable
@@ -196,7 +199,7 @@ study() {  # [--budget S] [part ...]
     stubs=("$KIT"/var/stub-*.so)
     shopt -u nullglob
     for part in "${parts[@]}"; do
-        left=$((budget - SECONDS))  # each part stops by then: the call's 600 s
+        left=$((budget - SECONDS))  # each part stops by then (default 585: the call's 600 s)
         if [ "$left" -lt 45 ]; then log "study: out of time before '$part'"; continue; fi
         log "study: $part (at most $left s)"
         case "$part" in
