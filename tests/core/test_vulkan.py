@@ -20,6 +20,7 @@ import pytest
 import geist
 from geist import testing
 from geist.errors import GeistError
+from tests.child_env import child_env
 
 _ICDS = [Path("/usr/share/vulkan/icd.d") / n for n in ("lvp_icd.json", "lvp_icd.x86_64.json")]
 # GEIST_TEST_VULKAN_ICD (a test-harness variable, not geist's: the core reads no environment)
@@ -162,14 +163,6 @@ def test_sessions_the_device_cannot_run_are_refused_with_a_clear_error() -> None
     eng.close()
 
 
-def _child_env() -> dict[str, str]:
-    """The environment for a CLI subprocess: this geist package first, then the path this
-    process had (where its dependencies may live: the GPU kit's wheels on the device machine)."""
-    path = [str(Path(geist.__file__).parents[1])] + \
-        [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-
-
 def test_cli_inspect_shows_the_device_and_the_memory_split() -> None:
     import json
     import subprocess
@@ -178,7 +171,7 @@ def test_cli_inspect_shows_the_device_and_the_memory_split() -> None:
     path = _fixture()
     res = subprocess.run([sys.executable, "-m", "geist.cli", "inspect", str(path), "--backend",
                           "vulkan", "--json"], capture_output=True, text=True, timeout=120,
-                         env=_child_env())
+                         env=child_env())
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["backend"] == "vulkan" and (NAME or "") in out["device"] and out["device"]
@@ -189,7 +182,7 @@ def test_cli_inspect_shows_the_device_and_the_memory_split() -> None:
     assert split["staging"] == 0
     res = subprocess.run([sys.executable, "-m", "geist.cli", "inspect", str(path), "--backend",
                           "vulkan"], capture_output=True, text=True, timeout=120,
-                         env=_child_env())
+                         env=child_env())
     assert res.returncode == 0 and "memory split (bytes): host_owned" in res.stdout, res.stderr
 
 

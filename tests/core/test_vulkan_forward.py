@@ -45,6 +45,7 @@ import geist
 from geist import testing
 from geist.errors import GeistError
 from geist.runtime import RuntimeOptions
+from tests.child_env import child_env
 
 _ICDS = [Path("/usr/share/vulkan/icd.d") / n for n in ("lvp_icd.json", "lvp_icd.x86_64.json")]
 # GEIST_TEST_VULKAN_ICD (a test-harness variable, not geist's: the core reads no environment)
@@ -1156,7 +1157,7 @@ def test_clock_build_marks_the_kernels_and_keeps_their_bits(chunk: int, vk: geis
     prompt = ",".join(str(t) for t in PROMPT)
     res = subprocess.run([sys.executable, "-c", _CLOCK_RUN, str(CLOCK_LIB), str(path), str(chunk),
                           prompt], capture_output=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
+                         env=child_env())
     assert res.returncode == 0, res.stderr.decode()[-3000:]
     got = np.load(io.BytesIO(res.stdout))
     with geist.Model.load(path, engine=vk if chunk == EXACT else vk_split) as m:
