@@ -23,7 +23,8 @@
 #                                        the checkout root): PARTs in order, default all of
 #                                        tests (the Vulkan tests on this GPU), clock (clock.py on
 #                                        var/gpuclock.so), roles (roles.py: the kit's library and
-#                                        var/stub-*.so), ab (ab.py var/base.so -> the kit's, 2
+#                                        var/stub-*.so, var/roles.args' lines), ab (ab.py
+#                                        var/base.so -> the kit's, 2
 #                                        rounds); each into $OUT, a part that fails logged and
 #                                        passed over; each part stopped by 585 s (timeout), one
 #                                        that cannot start with 45 s left named; `study --budget S
@@ -198,6 +199,17 @@ study() {  # [--budget S] [part ...]
     shopt -s nullglob
     stubs=("$KIT"/var/stub-*.so)
     shopt -u nullglob
+    # var/roles.args: more runs for roles, a line each: "@ARG,..." the kit's library with those
+    # `geist bench` arguments, "NAME.so[@ARG,...]" var/NAME.so (roles.py's LIB@ARGS)
+    if [ -f "$KIT/var/roles.args" ]; then
+        while read -r spec; do
+            case "$spec" in
+                '') ;;
+                @*) stubs+=("$lib$spec") ;;
+                *) stubs+=("$KIT/var/$spec") ;;
+            esac
+        done < "$KIT/var/roles.args"
+    fi
     for part in "${parts[@]}"; do
         left=$((budget - SECONDS))  # each part stops by then (default 585: the call's 600 s)
         if [ "$left" -lt 45 ]; then log "study: out of time before '$part'"; continue; fi

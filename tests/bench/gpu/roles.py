@@ -4,7 +4,10 @@ GPU time by timestamps around each pass, tg128) and the same with `--profile` (t
 role, a timestamp after every dispatch), each library in its own process, read from
 `geist bench --json` (not its printed table).
 
-    python3 .dev-gpu/roles.py OUT.json LIB.so [LIB.so ...] [--model NAME=PATH ...] [--tg N]
+    python3 .dev-gpu/roles.py OUT.json LIB.so[@ARG,ARG...] [...] [--model NAME=PATH ...] [--tg N]
+
+A library's @ARGs go to its `geist bench` runs (`lib.so@--attn-chunk=16`: its chunk size; the
+result's name then carries them: `lib@--attn-chunk=16`).
 
 Run from the checkout root there, with the kit's environment (as ab.py); models: the stand-ins
 setup made. The libraries are typically stubs.py's: a kernel with one part left out, whose
@@ -24,7 +27,8 @@ import contextlib, io, json, sys
 from geist import _binding
 _binding.load_library(sys.argv[1])
 from geist.cli import main
-common = ["bench", sys.argv[2], "--backend", "vulkan", "--pp", "16", "--tg", sys.argv[3], "--json"]
+common = ["bench", sys.argv[2], "--backend", "vulkan", "--pp", "16", "--tg", sys.argv[3], "--json",
+          *sys.argv[4:]]
 out = []
 for extra in (["--runs", "3"], ["--runs", "1", "--profile"]):
     buf = io.StringIO()
@@ -57,10 +61,12 @@ def main() -> None:
     a = ap.parse_args()
     models = dict(m.split("=", 1) for m in a.model) if a.model else MODELS
     res: dict[str, Any] = {}
-    for lib in a.libs:
-        name = Path(lib).stem
+    for spec in a.libs:
+        lib, _, extra = spec.partition("@")
+        name = Path(lib).stem + (f"@{extra}" if extra else "")
         for model, path in models.items():
-            p = subprocess.run([sys.executable, "-c", CODE, lib, path, str(a.tg)],
+            p = subprocess.run([sys.executable, "-c", CODE, lib, path, str(a.tg),
+                                *(x for x in extra.split(",") if x)],
                                capture_output=True, text=True, timeout=300)
             r = (summary(*json.loads(p.stdout.splitlines()[-1]), a.tg) if p.returncode == 0
                  else {"error": p.stderr[-2000:]})
