@@ -29,6 +29,12 @@
 #                                        passed over; each part stopped by 585 s (timeout), one
 #                                        that cannot start with 45 s left named; `study --budget S
 #                                        [PART ...]` stops by S s instead (a call granted less)
+#   bash .dev-gpu/device.sh game-stash DIR   keep the Godot parts (pack_game.sh's) a call carried
+#                                        in DIR, over as many calls as they take
+#   bash .dev-gpu/device.sh game [--npcs N] [--tokens T] [--threads K] [--model NAME]
+#                                        once every part is held: the demo's --ai-bench headless,
+#                                        CPU backend then Vulkan (carry addons/geist/bin too),
+#                                        into $OUT/ai-bench-{cpu,vulkan}.json
 #   --root DIR before the command puts /opt/... under DIR (a dry run of setup elsewhere)
 #
 # Everything lives in $W (/opt/gpukit) and two prefixes: Debian 12's libvulkan1 + X client
@@ -235,6 +241,89 @@ study() {  # [--budget S] [part ...]
     log "study: done in $SECONDS s"
 }
 
+# Godot's parts (pack_game.sh) from a carried folder into $W/game-parts: a call's 64 MiB holds
+# the kit or part of Godot, so the parts come over calls while the machine stays warm
+game_stash() {  # DIR
+    local dir=${1:?"game-stash: name the carried folder (.dev-game)"}
+    [ -f "$dir/godot.parts" ] || { log "game-stash: $dir has no godot.parts (pack_game.sh's)"; return 2; }
+    mkdir -p "$W/game-parts"
+    cp "$dir/godot.parts" "$W/game-parts/"
+    shopt -s nullglob
+    local f
+    for f in "$dir"/godot.tar.xz.part-*; do cp "$f" "$W/game-parts/"; done
+    shopt -u nullglob
+    local have want
+    have=$(cd "$W/game-parts" && sha256sum --quiet -c godot.parts 2>/dev/null | wc -l)
+    want=$(wc -l < "$W/game-parts/godot.parts")
+    log "game-stash: $((want - have)) of $want parts held"
+}
+
+# Godot unpacked into $W/godot once every part is held (python's lzma: no xz needed there)
+game_unpack() {
+    [ -f "$W/godot/.ok" ] && return 0
+    [ -f "$W/game-parts/godot.parts" ] || { log "game: no Godot parts held (game-stash DIR first)"; return 1; }
+    if ! (cd "$W/game-parts" && sha256sum --quiet -c godot.parts); then
+        log "game: Godot's parts are not all held yet (game-stash DIR with the rest)"; return 1
+    fi
+    rm -rf "$W/godot"
+    cat "$W/game-parts"/godot.tar.xz.part-* | python3 -c \
+        "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer)" \
+        | tar xf - -C "$W"
+    touch "$W/godot/.ok"
+    log "game: Godot unpacked ($(du -sm "$W/godot" | cut -f1) MiB)"
+}
+
+# The demo's --ai-bench, headless, on the CPU backend and on Vulkan (this GPU), one after the
+# other, from the checkout root (demo_project/, addons/geist/bin carried): $OUT/ai-bench-*.json
+game() {  # [--npcs N] [--tokens T] [--threads K] [--model NAME]
+    local npcs=4 tokens=64 threads=4 model=smollm2
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --npcs) npcs=$2; shift 2 ;;
+            --tokens) tokens=$2; shift 2 ;;
+            --threads) threads=$2; shift 2 ;;
+            --model) model=$2; shift 2 ;;
+            *) log "game: unknown argument '$1'"; return 2 ;;
+        esac
+    done
+    setup
+    game_unpack || return 1
+    [ -f addons/geist/bin/libgeist_godot.so ] || { log "game: addons/geist/bin not carried"; return 1; }
+    # the demo's links to the addon, as scripts/setup.sh makes them (git ignores them)
+    mkdir -p demo_project/addons demo_project/.godot
+    [ -e demo_project/addons/geist ] || ln -s ../../addons/geist demo_project/addons/geist
+    [ -f demo_project/.godot/extension_list.cfg ] ||
+        echo "res://addons/geist/geist.gdextension" > demo_project/.godot/extension_list.cfg
+    local out=${OUT:?no OUT} b rc
+    "$W/godot/ld-linux-x86-64.so.2" --library-path "$W/godot/lib" "$W/godot/godot" --headless \
+        --version
+    for b in cpu vulkan; do
+        local extra=()
+        [ "$b" = vulkan ] && extra=(--backend vulkan)
+        log "game: --ai-bench on $b ($npcs NPCs, $tokens tokens, $model; load $(cut -d' ' -f1 /proc/loadavg))"
+        rc=0
+        # Debian 12's Vulkan loader after Godot's libraries (geist dlopens libvulkan.so.1)
+        timeout -k 10 240 "$W/godot/ld-linux-x86-64.so.2" --library-path "$W/godot/lib:$GEIST_LD" \
+            "$W/godot/godot" --headless --path demo_project -- --ai-bench --npcs "$npcs" \
+            --tokens "$tokens" --threads "$threads" --model "$W/models/$model.gguf" "${extra[@]}" \
+            --json "$out/ai-bench-$b.json" > "$out/ai-bench-$b.log" 2>&1 || rc=$?
+        log "game: $b rc $rc"
+        tail -5 "$out/ai-bench-$b.log"
+    done
+    python3 - "$out" <<'PY'
+import json, sys
+from pathlib import Path
+for b in ("cpu", "vulkan"):
+    p = Path(sys.argv[1]) / f"ai-bench-{b}.json"
+    if not p.exists():
+        print(b, "no JSON")
+        continue
+    d = json.loads(p.read_text())
+    print(b, d.get("device", ""), "decode t/s", d.get("decode_tokens_per_s"), "frame ms",
+          d.get("frame_ms"))
+PY
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -246,6 +335,8 @@ case "$cmd" in
     check) check ;;
     save) save "${1:-}" ;;
     study) study "$@" ;;
+    game-stash) game_stash "$@" ;;
+    game) game "$@" ;;
     all)  # sized for one call of 600 s: the llama.cpp part (about 2 minutes) only if it fits
         setup
         check || log "check failed: geist's part will report why; llama.cpp's part goes on"

@@ -125,6 +125,15 @@ STUBS: dict[str, list[tuple[str, str, str]]] = {
     # no super-block products (Q4_K, Q6_K)
     "mv_nokq": [(SH + "matvec.comp", "for (uint b = lane; b < nbk; b += 8u) {",
                  "for (uint b = lane; b < 0u; b += 8u) {")],
+    # the in-product 8-bit rows' first round only, the rest constant words (session 22): against
+    # mv_noactq, what the rounds after the first cost, the bound of making a row in one round
+    # (more lanes a workgroup; the clock's 6.5 us of a Gemma 3 product with its norm is ~3 rounds)
+    "mv_actq_1round": [(SH + "matvec.comp",
+                        "for (uint w0 = 0u; w0 < nw; w0 += 64u) "
+                        "actq_round(t0 * p.n_in, w0, nw, lid, kq);",
+                        "actq_round(t0 * p.n_in, 0u, nw, lid, kq); "
+                        "for (uint w0 = 64u + lid; w0 < nw; w0 += 64u) { SQ[w0] = 0x01010101u; "
+                        "SD[w0 >> 3] = 0.01; }")],
 }
 
 
