@@ -25,7 +25,8 @@
 #                                        var/gpuclock.so), roles (roles.py: the kit's library and
 #                                        var/stub-*.so, var/roles.args' lines), ab (ab.py
 #                                        var/base.so -> the kit's, 2
-#                                        rounds); each into $OUT, a part that fails logged and
+#                                        rounds), batch (roles.py --npcs 8: 8 sessions' batched
+#                                        passes by role); each into $OUT, a part that fails logged and
 #                                        passed over; each part stopped by 585 s (timeout), one
 #                                        that cannot start with 45 s left named; `study --budget S
 #                                        [PART ...]` stops by S s instead (a call granted less)
@@ -201,7 +202,7 @@ study() {  # [--budget S] [part ...]
     export PYTHONPATH=$KIT/python:$W/site PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=$GEIST_LD
     export GEIST_TEST_VULKAN_ICD=$VK_DRIVER_FILES
     local parts=("$@") stubs=() left
-    [ ${#parts[@]} -gt 0 ] || parts=(tests clock roles ab)
+    [ ${#parts[@]} -gt 0 ] || parts=(tests clock roles ab batch)
     shopt -s nullglob
     stubs=("$KIT"/var/stub-*.so)
     shopt -u nullglob
@@ -235,7 +236,9 @@ study() {  # [--budget S] [part ...]
                     timeout -k 10 "$left" python3 "$KIT/ab.py" "$KIT/var/base.so" "$lib" \
                         "$out/ab.json" 2 || log "study: ab failed or stopped"
                 else log "study: no var/base.so to compare with"; fi ;;
-            *) log "study: unknown part '$part' (tests, clock, roles, ab)" ;;
+            batch) timeout -k 10 "$left" python3 "$KIT/roles.py" "$out/roles-npcs8.json" "$lib" \
+                       "${stubs[@]}" --npcs 8 --tg 64 || log "study: batch failed or stopped" ;;
+            *) log "study: unknown part '$part' (tests, clock, roles, ab, batch)" ;;
         esac
     done
     log "study: done in $SECONDS s"

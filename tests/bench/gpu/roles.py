@@ -9,6 +9,13 @@ role, a timestamp after every dispatch), each library in its own process, read f
 A library's @ARGs go to its `geist bench` runs (`lib.so@--attn-chunk=16`: its chunk size; the
 result's name then carries them: `lib@--attn-chunk=16`).
 
+`--npcs N` (session 22) profiles N sessions decoding together through the runtime instead
+(batched steps of N rows: issue 16's 8-session target): each session's prompt goes in first
+(a one-token reply), then N requests of --tg tokens each, greedy, run at once between two
+device-profile snapshots. The result is per pass (a pass: one batched step, its requests' short
+prompts' rows included): GPU ms, dispatches, and the GPU time by role. Only --attn-chunk=N and
+--attn-per-head are taken as @ARGs there (Engine's attn_chunk, attn_per_head).
+
 Run from the checkout root there, with the kit's environment (as ab.py); models: the stand-ins
 setup made. The libraries are typically stubs.py's: a kernel with one part left out, whose
 results are wrong and whose time says what that part costs.
@@ -38,6 +45,46 @@ for extra in (["--runs", "3"], ["--runs", "1", "--profile"]):
 print(json.dumps(out))
 """
 
+# one library and model, N sessions at once: the batched passes' GPU time by role
+CODE_NPCS = """
+import json, sys, time
+from geist import _binding
+_binding.load_library(sys.argv[1])
+import geist
+n, tg = int(sys.argv[3]), int(sys.argv[4])
+kw = {}
+for a in sys.argv[5:]:
+    if a.startswith("--attn-chunk="):
+        kw["attn_chunk"] = int(a.split("=", 1)[1])
+    elif a == "--attn-per-head":
+        kw["attn_per_head"] = True
+    else:
+        sys.exit(f"roles.py --npcs: {a} is not an Engine option here")
+eng = geist.Engine(backend="vulkan", device_profile=True, **kw)
+m = geist.Model.load(sys.argv[2], engine=eng)
+ss = [m.session(max_seq_len=64 + tg) for _ in range(n)]
+for h in [s.submit(f"Once upon a time, villager {i} said", max_tokens=1, temperature=0.0)
+          for i, s in enumerate(ss)]:
+    h.result(600)
+b, p0, t0 = m.device_stats(), m.device_profile(), time.perf_counter()
+hs = [s.submit(" and", max_tokens=tg, temperature=0.0) for s in ss]
+tokens = sum(len(h.result(600).ids) for h in hs)
+wall = time.perf_counter() - t0
+a, p1 = m.device_stats(), m.device_profile()
+passes = max(a["passes"] - b["passes"], 1)
+print(json.dumps({"npcs": n, "tokens": tokens, "aggregate_tps": tokens / wall,
+                  "passes": passes, "rows_per_pass": (a["rows"] - b["rows"]) / passes,
+                  "gpu_ms_per_pass": 1e-6 * (a["gpu_ns"] - b["gpu_ns"]) / passes,
+                  "dispatches_per_pass": (a["dispatches"] - b["dispatches"]) / passes,
+                  "roles": {k: [1e-3 * (p1[k][0] - p0[k][0]) / passes,
+                                (p1[k][1] - p0[k][1]) / passes]
+                            for k in p1 if p1[k][1] > p0[k][1]}}))
+for s in ss:
+    s.close()
+m.close()
+eng.close()
+"""
+
 
 def summary(plain: dict[str, Any], profiled: dict[str, Any], tg: int) -> dict[str, Any]:
     """The plain run's tg and GPU ms a token, the profiled run's GPU ms and roles (us a token,
@@ -58,6 +105,8 @@ def main() -> None:
     ap.add_argument("--model", action="append", metavar="NAME=PATH",
                     help="instead of the kit's stand-ins (a local run on lavapipe, say)")
     ap.add_argument("--tg", type=int, default=128)
+    ap.add_argument("--npcs", type=int, default=0, metavar="N",
+                    help="N sessions decoding together, by role a batched pass (not tg128's)")
     a = ap.parse_args()
     models = dict(m.split("=", 1) for m in a.model) if a.model else MODELS
     res: dict[str, Any] = {}
@@ -65,14 +114,22 @@ def main() -> None:
         lib, _, extra = spec.partition("@")
         name = Path(lib).stem + (f"@{extra}" if extra else "")
         for model, path in models.items():
-            p = subprocess.run([sys.executable, "-c", CODE, lib, path, str(a.tg),
-                                *(x for x in extra.split(",") if x)],
-                               capture_output=True, text=True, timeout=300)
-            r = (summary(*json.loads(p.stdout.splitlines()[-1]), a.tg) if p.returncode == 0
-                 else {"error": p.stderr[-2000:]})
+            args = [x for x in extra.split(",") if x]
+            if a.npcs:
+                p = subprocess.run([sys.executable, "-c", CODE_NPCS, lib, path, str(a.npcs),
+                                    str(a.tg), *args], capture_output=True, text=True, timeout=300)
+                r = (json.loads(p.stdout.splitlines()[-1]) if p.returncode == 0
+                     else {"error": p.stderr[-2000:]})
+                print(name, model, r.get("aggregate_tps"), r.get("gpu_ms_per_pass"),
+                      r.get("error", "")[:200], flush=True)
+            else:
+                p = subprocess.run([sys.executable, "-c", CODE, lib, path, str(a.tg), *args],
+                                   capture_output=True, text=True, timeout=300)
+                r = (summary(*json.loads(p.stdout.splitlines()[-1]), a.tg) if p.returncode == 0
+                     else {"error": p.stderr[-2000:]})
+                print(name, model, r.get(f"tg{a.tg}"), r.get("gpu_ms"), r.get("error", "")[:200],
+                      flush=True)
             res.setdefault(name, {})[model] = r
-            print(name, model, r.get(f"tg{a.tg}"), r.get("gpu_ms"), r.get("error", "")[:200],
-                  flush=True)
     Path(a.out).write_text(json.dumps(res, indent=1))
 
 
