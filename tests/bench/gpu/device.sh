@@ -255,10 +255,15 @@ game_stash() {  # DIR
     local f
     for f in "$dir"/godot.tar.xz.part-*; do cp "$f" "$W/game-parts/"; done
     shopt -u nullglob
-    local have want
-    have=$(cd "$W/game-parts" && sha256sum --quiet -c godot.parts 2>/dev/null | wc -l)
-    want=$(wc -l < "$W/game-parts/godot.parts")
-    log "game-stash: $((want - have)) of $want parts held"
+    local held=0 want=0 sum name
+    while read -r sum name; do
+        want=$((want + 1))
+        if [ -f "$W/game-parts/$name" ] &&
+           [ "$(sha256sum < "$W/game-parts/$name" | cut -d' ' -f1)" = "$sum" ]; then
+            held=$((held + 1))
+        fi
+    done < "$W/game-parts/godot.parts"
+    log "game-stash: $held of $want parts held"
 }
 
 # Godot unpacked into $W/godot once every part is held (python's lzma: no xz needed there)
