@@ -351,6 +351,14 @@ def markdown(report: dict[str, Any]) -> str:
         elif g:
             why = (g.get("cli_error") or g.get("matched_error") or "?").splitlines()[-1]
             lines.append(f"| {name} | geist vulkan | not run on the device: {why[:120]} | | | |")
+    quiet = []  # what each part found before it started (wait_quiet)
+    for name, m in report["models"].items():
+        parts = [(f"llama.cpp {b}", _get(m, "llama", b, "quiet_before")) for b in BUILDS]
+        parts.append(("geist", _get(m, "geist", "quiet_before")))
+        quiet += [f"{name} {who}: CPUs {100 * q['cpu_busy']:.1f} % busy after {q['waited_s']} s, "
+                  f"1-min load {q['loadavg']:.2f}" for who, q in parts if q]
+    if quiet:
+        lines += ["", "Before each part: " + "; ".join(quiet) + "."]
     lines += ["", "| model | ratio | value | target |", "|---|---|---|---|"]
     for name, m in report["models"].items():
         for k, r in m.get("ratios", {}).items():
@@ -364,6 +372,35 @@ def markdown(report: dict[str, Any]) -> str:
               "the runs on one loaded model, as llama-bench); the 8-session ratios use the "
               "llama-batched-bench protocol (decode tokens/s after the last first token)."]
     return "\n".join(lines) + "\n"
+
+
+def cpu_busy(seconds: float = 2.0) -> float:
+    """The machine's CPU busy share over `seconds` (from /proc/stat; 0 where it cannot be read):
+    the load average lags by minutes (a 16-core build's tail read 7.9 two minutes after it
+    ended, session 22), this says whether anything runs now."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        return sum(v), idle
+    try:
+        t0, i0 = sample()
+        time.sleep(seconds)
+        t1, i1 = sample()
+    except (OSError, ValueError):
+        return 0.0
+    return 1.0 - (i1 - i0) / max(t1 - t0, 1)
+
+
+def wait_quiet(limit_s: float = 60.0, busy_max: float = 0.05) -> dict[str, Any]:
+    """Before a part: wait (at most limit_s) until the CPUs are idle (busy below busy_max over 2
+    s); what was found is recorded beside the part's figures."""
+    t0 = time.time()
+    busy = cpu_busy()
+    while busy > busy_max and time.time() - t0 < limit_s:
+        busy = cpu_busy()
+    return {"cpu_busy": round(busy, 4), "waited_s": round(time.time() - t0, 1),
+            "loadavg": os.getloadavg()[0]}
 
 
 def environment(env: dict[str, str]) -> dict[str, Any]:
@@ -433,15 +470,19 @@ def main() -> int:
                     m["llama"][b] = {"error": f"not built ({log})", "build_log_tail": tail}
                     continue
                 lenv = dict(base, LD_LIBRARY_PATH=a.llama_vulkan_ld) if b == "vulkan" else base
+                quiet = wait_quiet()
                 t0 = time.time()
-                m["llama"][b] = {"bench": llama_bench(bindir, model, lenv, a.reps),
+                m["llama"][b] = {"quiet_before": quiet,
+                                 "bench": llama_bench(bindir, model, lenv, a.reps),
                                  "batched": llama_batched(bindir, model, lenv, a.reps),
                                  "seconds": round(time.time() - t0, 1),
                                  "loadavg": os.getloadavg()[0]}
                 print(name, "llama.cpp", b, json.dumps(m["llama"][b])[:400], flush=True)
         if a.only in (None, "geist"):
+            quiet = wait_quiet()
             t0 = time.time()
             m["geist"] = geist_part(model, genv, a.reps, parts)
+            m["geist"]["quiet_before"] = quiet
             m["geist"]["seconds"] = round(time.time() - t0, 1)
             m["geist"]["loadavg"] = os.getloadavg()[0]
             print(name, "geist", json.dumps(m["geist"])[:600], flush=True)
