@@ -255,6 +255,13 @@ game_stash() {  # DIR
     local f
     for f in "$dir"/godot.tar.xz.part-*; do cp "$f" "$W/game-parts/"; done
     shopt -u nullglob
+    local held want
+    read -r held want < <(game_parts_held)
+    log "game-stash: $held of $want parts held"
+}
+
+# "HELD WANT": how many of godot.parts' parts $W/game-parts holds with their sha256
+game_parts_held() {
     local held=0 want=0 sum name
     while read -r sum name; do
         want=$((want + 1))
@@ -263,15 +270,17 @@ game_stash() {  # DIR
             held=$((held + 1))
         fi
     done < "$W/game-parts/godot.parts"
-    log "game-stash: $held of $want parts held"
+    echo "$held $want"
 }
 
 # Godot unpacked into $W/godot once every part is held (python's lzma: no xz needed there)
 game_unpack() {
     [ -f "$W/godot/.ok" ] && return 0
     [ -f "$W/game-parts/godot.parts" ] || { log "game: no Godot parts held (game-stash DIR first)"; return 1; }
-    if ! (cd "$W/game-parts" && sha256sum --quiet -c godot.parts); then
-        log "game: Godot's parts are not all held yet (game-stash DIR with the rest)"; return 1
+    local held want
+    read -r held want < <(game_parts_held)
+    if [ "$held" != "$want" ]; then
+        log "game: $held of Godot's $want parts held (game-stash DIR with the rest)"; return 1
     fi
     rm -rf "$W/godot"
     cat "$W/game-parts"/godot.tar.xz.part-* | python3 -c \

@@ -115,20 +115,17 @@ def main() -> None:
         name = Path(lib).stem + (f"@{extra}" if extra else "")
         for model, path in models.items():
             args = [x for x in extra.split(",") if x]
-            if a.npcs:
-                p = subprocess.run([sys.executable, "-c", CODE_NPCS, lib, path, str(a.npcs),
-                                    str(a.tg), *args], capture_output=True, text=True, timeout=300)
-                r = (json.loads(p.stdout.splitlines()[-1]) if p.returncode == 0
-                     else {"error": p.stderr[-2000:]})
-                print(name, model, r.get("aggregate_tps"), r.get("gpu_ms_per_pass"),
-                      r.get("error", "")[:200], flush=True)
+            argv = ([CODE_NPCS, lib, path, str(a.npcs), str(a.tg), *args] if a.npcs
+                    else [CODE, lib, path, str(a.tg), *args])
+            p = subprocess.run([sys.executable, "-c", *argv], capture_output=True, text=True,
+                               timeout=300)
+            if p.returncode != 0:
+                r: dict[str, Any] = {"error": p.stderr[-2000:]}
             else:
-                p = subprocess.run([sys.executable, "-c", CODE, lib, path, str(a.tg), *args],
-                                   capture_output=True, text=True, timeout=300)
-                r = (summary(*json.loads(p.stdout.splitlines()[-1]), a.tg) if p.returncode == 0
-                     else {"error": p.stderr[-2000:]})
-                print(name, model, r.get(f"tg{a.tg}"), r.get("gpu_ms"), r.get("error", "")[:200],
-                      flush=True)
+                out = json.loads(p.stdout.splitlines()[-1])
+                r = out if a.npcs else summary(*out, a.tg)
+            shown = ("aggregate_tps", "gpu_ms_per_pass") if a.npcs else (f"tg{a.tg}", "gpu_ms")
+            print(name, model, *(r.get(k) for k in shown), r.get("error", "")[:200], flush=True)
             res.setdefault(name, {})[model] = r
     Path(a.out).write_text(json.dumps(res, indent=1))
 
