@@ -2,6 +2,7 @@
 # modes:
 #   godot --headless --path demo_project -- --ai-bench [--npcs N] [--tokens T] [--threads K]
 #         [--json FILE] [--model PATH] [--fps F] [--budget MS] [--backend NAME] [--device D]
+#         [--fast] (vulkan: one NPC's decode steps on float activations, GEIST_DEVICE_FAST)
 #     All NPCs say their line in the same frame; the runtime runs them together (batched decode).
 #     Timings come from each session's last_stats(), measured on the main thread when it drains
 #     the events (one-frame resolution): prefill = submit -> first token, decode = first token ->
@@ -138,6 +139,8 @@ func bench() -> void:
 		cfg["backend"] = str(args.backend)
 	if args.has("device"):
 		cfg["device"] = str(args.device)
+	if args.has("fast"):  # vulkan: one NPC's decode steps on float activations (GEIST_DEVICE_FAST)
+		cfg["device_fast"] = true
 	var cfg_rc: int = GeistEngine.configure(cfg)
 	if cfg_rc != OK:
 		printerr("GeistEngine.configure(", cfg, ") failed: ", error_string(cfg_rc))
@@ -214,6 +217,7 @@ func bench() -> void:
 		"architecture": info.get("architecture", ""),
 		"backend": info.get("backend", ""),
 		"device": GeistEngine.stats().get("device", ""),
+		"device_fast": GeistEngine.stats().get("device_fast", 0) != 0,
 		"renderer": RenderingServer.get_video_adapter_name(),
 		"threads": threads,
 		"runtime": GeistEngine.stats().runtime,

@@ -159,6 +159,7 @@ struct gengine {
     char backend[64];
     char device[128]; /* vulkan device: "auto", an index or part of a name (geist.h) */
     int device_loaded;
+    int device_fast; /* GEIST_DEVICE_FAST (geist/runtime/device_fast, configure's device_fast) */
     geist_runtime_options ropts; /* scheduling knobs (Project Settings, then configure()) */
     int ropts_loaded;
     int ticking;

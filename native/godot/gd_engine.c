@@ -74,6 +74,7 @@ int engine_ensure(char *err, size_t cap) {
         setting_str("geist/runtime/backend", "auto", ENG->backend, sizeof ENG->backend);
     if (!ENG->device_loaded) {
         setting_str("geist/runtime/device", "auto", ENG->device, sizeof ENG->device);
+        ENG->device_fast = setting_int("geist/runtime/device_fast", 0) != 0;
         ENG->device_loaded = 1;
     }
     geist_engine_options o;
@@ -81,6 +82,7 @@ int engine_ensure(char *err, size_t cap) {
     o.n_threads = ENG->threads > 0 ? ENG->threads : 1;
     o.backend = ENG->backend;
     o.device = ENG->device[0] ? ENG->device : NULL;
+    o.device_flags = ENG->device_fast ? GEIST_DEVICE_FAST : 0u;
     geist_status st = geist_engine_create(&o, &ENG->e);
     if (st != GEIST_OK) {
         geist_last_error(err, cap);
@@ -485,9 +487,14 @@ static void me_configure(void *self, const GDExtensionConstVariantPtr *a, int64_
         free(dv);
         gv_free(&v);
     }
+    int device_fast = ENG->device_fast;
+    if (n > 0 && gv_dict_get(a[0], "device_fast", &v)) {
+        device_fast = gv_to_int(&v, 0) != 0;
+        gv_free(&v);
+    }
     /* threads, backend and device make a new engine: only while nothing uses the old one */
     int remake = !ENG->e || threads != ENG->threads || strcmp(backend, ENG->backend) != 0 ||
-                 strcmp(device, ENG->device) != 0;
+                 strcmp(device, ENG->device) != 0 || device_fast != ENG->device_fast;
     if (remake && (ENG->live_models > 0 || ENG->live_sessions > 0)) {
         gv_int(ret, E_BUSY);
         return;
@@ -506,6 +513,7 @@ static void me_configure(void *self, const GDExtensionConstVariantPtr *a, int64_
         ENG->threads = threads;
         snprintf(ENG->backend, sizeof ENG->backend, "%s", backend);
         snprintf(ENG->device, sizeof ENG->device, "%s", device);
+        ENG->device_fast = device_fast;
         ENG->device_loaded = 1;
     }
     gv_int(ret, engine_ensure(err, sizeof err) ? E_OK : E_UNAVAILABLE);
@@ -526,6 +534,7 @@ static void me_stats(void *self, const GDExtensionConstVariantPtr *a, int64_t n,
     gv_dict_set_str(ret, "backend", ENG->e ? geist_engine_backend_name(ENG->e) : "");
     gv_dict_set_str(ret, "backends_available", geist_backends_available());
     gv_dict_set_str(ret, "device", ENG->e ? geist_engine_device_name(ENG->e) : "");
+    gv_dict_set_int(ret, "device_fast", ENG->device_fast);
     gv_dict_set_int(ret, "threads", ENG->threads);
     gv_dict_set_str(ret, "runtime", gr_path());
     gv_dict_set_float(ret, "budget_ms", ENG->ropts.budget_ms);

@@ -334,7 +334,8 @@ def _bench_npcs(ns: argparse.Namespace, name: str) -> int:
     from geist.runtime import bench_npcs
 
     eng = geist.Engine(backend=ns.backend, n_threads=ns.threads, attn_chunk=ns.attn_chunk,
-                       int_dot=_INT_DOT[ns.int_dot], attn_per_head=ns.attn_per_head)
+                       int_dot=_INT_DOT[ns.int_dot], attn_per_head=ns.attn_per_head,
+                       fast=ns.fast)
     m = geist.Model.load(_resolve_model(name), engine=eng)
     res = bench_npcs(m, [int(x) for x in ns.npcs.split(",")], tokens=ns.tg)
     if ns.json:
@@ -372,7 +373,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     base_rss = _rss_mib()
     eng = geist.Engine(backend=ns.backend, n_threads=ns.threads, attn_chunk=ns.attn_chunk,
                        device_profile=ns.profile, int_dot=_INT_DOT[ns.int_dot],
-                       attn_per_head=ns.attn_per_head)
+                       attn_per_head=ns.attn_per_head, fast=ns.fast)
     for name in names:
         path = _resolve_model(name)
         loads: list[float] = []
@@ -515,6 +516,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--attn-per-head", action="store_true",
                    help="vulkan: the attention one workgroup per query head, not per group of "
                         "heads sharing a KV head (same results; docs/VULKAN.md)")
+    b.add_argument("--fast", action="store_true",
+                   help="vulkan: decode's products on float activations (faster on a GPU; logits "
+                        "within a tolerance of cpu_scalar, not bit for bit; docs/VULKAN.md)")
     b.add_argument("--profile", action="store_true",
                    help="vulkan: time every dispatch and print the decode's GPU time by role")
     b.add_argument("--vs-llama-cpp", action="store_true",

@@ -87,7 +87,7 @@ class Engine(_Handle):
                  device_memory_limit: int = 0, no_import: bool = False,
                  vulkan_loader: str | None = None, attn_chunk: int = 0,
                  device_profile: bool = False, int_dot: bool | None = None,
-                 attn_per_head: bool = False) -> None:
+                 attn_per_head: bool = False, fast: bool = False) -> None:
         """exact_activations: float activations in products with quantized weights (cpu_scalar
         only; the default rounds them to 8 bits first, as llama.cpp and every backend do).
         Device backends (backend="vulkan"): device picks one by index or name substring (None:
@@ -104,7 +104,9 @@ class Engine(_Handle):
         wherever it has them (GeistError where it has none), False never: the same bits always
         (GEIST_DEVICE_INT_DOT, GEIST_DEVICE_NO_INT_DOT); attn_per_head: the attention one
         workgroup per query head, not per group of query heads sharing a KV head (the same bits;
-        GEIST_DEVICE_ATTN_PER_HEAD)."""
+        GEIST_DEVICE_ATTN_PER_HEAD); fast: decode's products on float activations with the
+        device's own arithmetic, not cpu_scalar's 8-bit activations (faster on a GPU; logits
+        within a tolerance, not bit for bit: GEIST_DEVICE_FAST, docs/VULKAN.md)."""
         opts = ffi.new("geist_engine_options *")
         lib.geist_engine_options_default(opts)
         opts.activations = 1 if exact_activations else 0
@@ -119,7 +121,8 @@ class Engine(_Handle):
                              | (lib.GEIST_DEVICE_PROFILE if device_profile else 0)
                              | (0 if int_dot is None else lib.GEIST_DEVICE_INT_DOT if int_dot
                                 else lib.GEIST_DEVICE_NO_INT_DOT)
-                             | (lib.GEIST_DEVICE_ATTN_PER_HEAD if attn_per_head else 0))
+                             | (lib.GEIST_DEVICE_ATTN_PER_HEAD if attn_per_head else 0)
+                             | (lib.GEIST_DEVICE_FAST if fast else 0))
         self._loader_name = (ffi.new("char[]", vulkan_loader.encode()) if vulkan_loader
                              else ffi.NULL)
         opts.vulkan_loader = self._loader_name

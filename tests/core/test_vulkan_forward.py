@@ -119,10 +119,12 @@ def vk_split(_vk_holder: dict[str, geist.Engine]) -> geist.Engine:
 
 def _engine(backend: str, vk: geist.Engine | None,
             attn_chunk: int = EXACT) -> tuple[geist.Engine, bool]:
-    """The engine to run `backend` on (vulkan: `vk`, else one with attn_chunk), and whether the
-    caller closes it."""
+    """The engine to run `backend` on (vulkan: `vk`, else one with attn_chunk; "cpu_float":
+    cpu_scalar with float activations), and whether the caller closes it."""
     if backend == "vulkan" and vk is not None:
         return vk, False
+    if backend == "cpu_float":
+        return geist.Engine(backend="cpu_scalar", exact_activations=True), True
     if backend == "vulkan":
         return geist.Engine(backend=backend, attn_chunk=attn_chunk), True
     return geist.Engine(backend=backend), True
@@ -403,8 +405,8 @@ def test_the_default_attention_is_the_devices_choice() -> None:
 
 
 def test_unknown_device_flags_are_refused() -> None:
-    # GEIST_DEVICE_NO_IMPORT, _PROFILE, _INT_DOT, _NO_INT_DOT and _ATTN_PER_HEAD are the known
-    # bits; any other is an error
+    # GEIST_DEVICE_NO_IMPORT, _PROFILE, _INT_DOT, _NO_INT_DOT, _ATTN_PER_HEAD and _FAST are the
+    # known bits; any other is an error
     from geist._binding import ffi, last_error, lib
 
     opts = ffi.new("geist_engine_options *")
@@ -1180,3 +1182,87 @@ def test_clock_build_marks_the_kernels_and_keeps_their_bits(chunk: int, vk: geis
     for kernel, mark in marks:
         assert re.search(rf"geist clock: 0x[0-9a-f]{{2}} {re.escape(kernel)}\S* +"
                          rf"{re.escape(mark)} +n +[1-9]", table), (kernel, mark, table)
+
+
+# GEIST_DEVICE_FAST (Engine(fast=True)): a pass of one row (one session's decode step) multiplies
+# float activations by the weights unpacked in mvfast.comp, with the device's own float order.
+# Its oracle is cpu_scalar with float activations (Engine(exact_activations=True): the same
+# arithmetic up to the order of the sums), not the default cpu_scalar, which rounds every
+# product's activations to 8 bits first (that difference alone is 0.5-6 % of the largest logit on
+# these random fixtures and moves greedy ids at near-ties). So the tests feed every token as a
+# pass of its own. Measured worst relative logit errors against it on lavapipe, 31 steps: 1.8e-5
+# (gemma3 Q4_K) to 1.4e-4 (llama Q5_0); FAST_RTOL is 7x the worst, for another device's float
+# order (its sums of 32 lanes in another tree).
+FAST_RTOL = 1e-3
+
+
+@pytest.fixture
+def vk_fast(_vk_holder: dict[str, geist.Engine]) -> geist.Engine:
+    if "fast" not in _vk_holder:
+        _vk_holder["fast"] = geist.Engine(backend="vulkan", attn_chunk=EXACT, fast=True)
+    return _vk_holder["fast"]
+
+
+def _fast_path(family: str, weight_type: str, **kw: Any) -> Path:
+    return (testing.fixture_path("llama", weight_type, **kw) if family == "llama"
+            else testing.family_fixture_path(family, weight_type, **kw))
+
+
+def _row_by_row(path: Path, eng: geist.Engine, feed: list[int],
+                n_free: int) -> tuple[list[int], np.ndarray]:
+    """Every token a pass of one row: feed's, then n_free greedy ones; the greedy ids (feed's
+    last onward) and every step's logits."""
+    with geist.Model.load(path, engine=eng) as m:
+        s = m.session(max_seq_len=64, kv_mode="f16")
+        rows = [np.array(s.eval(feed[:1])[-1])]
+        ids = []
+        for i in range(len(feed) - 1 + n_free):
+            ids.append(s.step(feed[i + 1] if i + 1 < len(feed) else None))
+            rows.append(s.logits())
+        s.close()
+    return ids[len(feed) - 2:], np.stack(rows)
+
+
+@pytest.mark.parametrize(("family", "weight_type", "kw"),
+                         [("llama", "Q8_0", {}), ("llama", "Q4_0", {}), ("llama", "Q4_1", {}),
+                          ("llama", "Q5_0", {}), ("llama", "Q4_K", {}), ("llama", "Q6_K", {}),
+                          ("gemma3", "Q8_0", {}), ("gemma3", "Q4_K", {"head_dim": 256}),
+                          ("qwen3", "Q8_0", {}), ("mistral", "Q4_1", {})])
+def test_fast_products_match_float_activations(family: str, weight_type: str,
+                                               kw: dict[str, int],
+                                               vk_fast: geist.Engine) -> None:
+    # every weight format's unpacking, the norm, rotary and gated activation inside the
+    # products, sliding windows, QK norms and post-norms (gemma3 with Gemma 3's heads of 256):
+    # the reference's greedy ids, then logits within FAST_RTOL, step by step
+    path = _fast_path(family, weight_type, **kw)
+    ref_eng = geist.Engine(backend="cpu_scalar", exact_activations=True)
+    try:
+        ref_ids, ref = _row_by_row(path, ref_eng, PROMPT, 24)
+    finally:
+        ref_eng.close()
+    ids, got = _row_by_row(path, vk_fast, PROMPT, 24)
+    worst = max(_rel(a, b) for a, b in zip(ref, got, strict=True))
+    print(f"fast {family}/{weight_type}: worst relative logit error {worst:.3g}")
+    assert ids == ref_ids
+    assert worst < FAST_RTOL, worst
+
+
+def test_fast_products_leave_passes_of_several_rows_exact(vk_fast: geist.Engine) -> None:
+    # a prompt's pass (24 rows: matmul.comp's tiles) and 4 sessions stepping together (passes of
+    # 4 rows) keep the 8-bit products: the default cpu_scalar's bits and greedy ids, flag or not
+    path = testing.fixture_path("llama", "Q4_1")
+    prompt = [int(v) for v in np.random.default_rng(5).integers(1, 300, 24)]
+    prompts = [[int(v) for v in np.random.default_rng(90 + i).integers(1, 300, 2 + 2 * i)]
+               for i in range(4)]
+    rows, ids = {}, {}
+    for name, eng in (("cpu", None), ("vk", vk_fast)):
+        e = geist.Engine(backend="cpu_scalar") if eng is None else eng
+        with geist.Model.load(path, engine=e) as m:
+            s = m.session(max_seq_len=64, kv_mode="f16")
+            rows[name] = np.stack(list(s.eval(prompt)))
+            s.close()
+        ids[name] = _batched_ids(path, e, prompts, 3)
+        if eng is None:
+            e.close()
+    assert np.array_equal(rows["cpu"], rows["vk"])
+    assert ids["vk"] == ids["cpu"]

@@ -132,10 +132,13 @@ def test_ai_bench(godot: Path, model_file: Path, tmp_path: Path) -> None:
     assert fm["p99"] < 20.0, f"main-thread p99 frame time {fm['p99']} ms"
 
 
-def test_ai_bench_on_the_vulkan_backend(godot: Path, model_file: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fast", [False, True])
+def test_ai_bench_on_the_vulkan_backend(godot: Path, model_file: Path, tmp_path: Path,
+                                        fast: bool) -> None:
     # `--ai-bench --backend vulkan` puts the NPCs' model on a Vulkan device through
     # GeistEngine.configure (lavapipe here: slow, so one NPC and two tokens); the JSON names the
-    # backend and the device
+    # backend and the device; `--fast` configures device_fast (GEIST_DEVICE_FAST), which the
+    # engine's stats report back
     if not any(Path("/usr/share/vulkan/icd.d", n).is_file()
                for n in ("lvp_icd.json", "lvp_icd.x86_64.json")):
         pytest.skip("lavapipe (mesa-vulkan-drivers) is not installed")
@@ -143,10 +146,12 @@ def test_ai_bench_on_the_vulkan_backend(godot: Path, model_file: Path, tmp_path:
     out = tmp_path / "bench.json"
     r = run_godot(godot, ["--path", str(demo), "--", "--ai-bench", "--npcs", "1", "--tokens",
                           "2", "--backend", "vulkan", "--device", "llvmpipe", "--json",
-                          str(out), "--model", str(model_file)], tmp_path)
+                          str(out), "--model", str(model_file), *(["--fast"] if fast else [])],
+                  tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["backend"] == "vulkan" and "llvmpipe" in data["device"], data["device"]
+    assert data["device_fast"] is fast
     assert data["all_replied"] and data["generated_tokens"] > 0
 
 

@@ -72,7 +72,7 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
     }
     if (o.device_flags & ~(uint32_t)(GEIST_DEVICE_NO_IMPORT | GEIST_DEVICE_PROFILE |
                                      GEIST_DEVICE_INT_DOT | GEIST_DEVICE_NO_INT_DOT |
-                                     GEIST_DEVICE_ATTN_PER_HEAD))
+                                     GEIST_DEVICE_ATTN_PER_HEAD | GEIST_DEVICE_FAST))
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT, "unknown device_flags 0x%x", o.device_flags);
     if ((o.device_flags & GEIST_DEVICE_INT_DOT) && (o.device_flags & GEIST_DEVICE_NO_INT_DOT))
         return gt_thread_fail(GEIST_ERR_INVALID_ARGUMENT,
@@ -93,7 +93,8 @@ geist_status geist_engine_create(const geist_engine_options *opts, geist_engine 
                                      (o.device_flags & GEIST_DEVICE_INT_DOT)      ? 1
                                      : (o.device_flags & GEIST_DEVICE_NO_INT_DOT) ? -1
                                                                                   : 0,
-                                     (o.device_flags & GEIST_DEVICE_ATTN_PER_HEAD) != 0};
+                                     (o.device_flags & GEIST_DEVICE_ATTN_PER_HEAD) != 0,
+                                     (o.device_flags & GEIST_DEVICE_FAST) != 0};
         gt_err err = {0};
         if (be->device->engine_init(&dopt, &dev_ctx, &err) != GEIST_OK) {
             gt_set_thread_error(err.msg);

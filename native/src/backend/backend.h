@@ -108,6 +108,7 @@ typedef struct gt_dev_options {
     int32_t int_dot;       /* integer dot products: 1 GEIST_DEVICE_INT_DOT, -1 GEIST_DEVICE_NO_INT_DOT,
                               0 the device's choice */
     bool attn_per_head;    /* GEIST_DEVICE_ATTN_PER_HEAD: no grouped attention (vk_forward.c) */
+    bool fast;             /* GEIST_DEVICE_FAST: decode's products on float activations */
 } gt_dev_options;
 
 /* A device's forward-pass counters since the model's load (geist_model_device_stats): passes

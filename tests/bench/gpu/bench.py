@@ -19,6 +19,10 @@ Ratios (the issue's acceptance): decode tg128 geist / llama.cpp Vulkan (>= 1.5) 
 (>= 1.0); prefill pp512 geist / Vulkan (>= 1.0); 8 sessions geist / 1 session (>= 5) and
 geist 8 / llama-batched-bench Vulkan 8 (>= 2).
 
+`--fast` (session 23) runs geist's parts with GEIST_DEVICE_FAST (Engine(fast=True), `geist bench
+--fast`: decode's products on float activations, docs/VULKAN.md) and keeps them apart
+("geist_fast", its ratios "ratios_fast"), so one call may measure both modes.
+
 Results accumulate in WORK/results.json, so a later call (the llama.cpp part once its builds are
 done) adds to an earlier one (the geist part); every call writes the whole set to $OUT.
 """
@@ -114,13 +118,13 @@ def llama_batched(bindir: Path, model: Path, env: dict[str, str], reps: int) -> 
 # ---------------------------------------------------------------- geist, in its own process
 
 
-def geist_matched(path: str, reps: int, parts: set[str]) -> dict[str, Any]:
+def geist_matched(path: str, reps: int, parts: set[str], fast: bool = False) -> dict[str, Any]:
     """llama-bench's and llama-batched-bench's protocols through geist's Python API (vulkan)."""
     import numpy as np
 
     import geist
 
-    eng = geist.Engine(backend="vulkan")
+    eng = geist.Engine(backend="vulkan", fast=fast)
     out: dict[str, Any] = {"device": eng.device}
     try:
         m = geist.Model.load(path, engine=eng)
@@ -217,8 +221,10 @@ def geist_load_check(path: str) -> dict[str, Any]:
 PARTS = ("load", "cli", "matched", "npcs", "cli-npcs", "reply")
 
 
-def geist_part(model: Path, env: dict[str, str], reps: int, parts: set[str]) -> dict[str, Any]:
-    res: dict[str, Any] = {}
+def geist_part(model: Path, env: dict[str, str], reps: int, parts: set[str],
+               fast: bool = False) -> dict[str, Any]:
+    res: dict[str, Any] = {"fast": fast}
+    flag = ["--fast"] if fast else []
     py = sys.executable
     me = str(Path(__file__).resolve())
 
@@ -234,22 +240,23 @@ def geist_part(model: Path, env: dict[str, str], reps: int, parts: set[str]) -> 
             res["load_check_error"] = e
     if "cli" in parts:
         rows, e = sub([py, "-m", "geist", "bench", str(model), "--backend", "vulkan", "--runs",
-                       str(reps), "--pp", "512", "--tg", "128", "--json"], 400)
+                       str(reps), "--pp", "512", "--tg", "128", "--json", *flag], 400)
         if e:
             res["cli_error"] = e
         else:
             res["cli"] = rows[0]
             res["cli_command"] = (f"geist bench MODEL --backend vulkan --runs {reps} --pp 512 "
-                                  "--tg 128 --json")
+                                  "--tg 128 --json" + (" --fast" if fast else ""))
     if parts & {"matched", "npcs", "reply"} and "cli_error" not in res:
         what = ",".join(sorted(parts & {"matched", "npcs", "reply"}))
         res["matched"], e = sub([py, me, "--geist-matched", str(model), "--reps", str(reps),
-                                 "--parts", what], 600)
+                                 "--parts", what, *flag], 600)
         if e:
             res["matched_error"] = e
     if "cli-npcs" in parts and "cli_error" not in res:
         res["cli_npcs"], e = sub([py, "-m", "geist", "bench", str(model), "--backend", "vulkan",
-                                  "--npcs", ",".join(map(str, NPL)), "--tg", "64", "--json"], 300)
+                                  "--npcs", ",".join(map(str, NPL)), "--tg", "64", "--json",
+                                  *flag], 300)
         if e:
             res["cli_npcs"] = {"error": e}
     return res
@@ -271,8 +278,8 @@ def _cli_value(cli: Any, key: str) -> float | None:
     return float(v[0]) if isinstance(v, list) and v else None
 
 
-def ratios(m: dict[str, Any]) -> dict[str, Any]:
-    g = m.get("geist", {})
+def ratios(m: dict[str, Any], key: str = "geist") -> dict[str, Any]:
+    g = m.get(key, {})
     tg = _cli_value(g.get("cli"), "tg128_tps")
     pp = _cli_value(g.get("cli"), "pp512_tps")
     tg_m = _get(g, "matched", "tg128", "median")  # llama-bench's protocol (warm, in process)
@@ -317,6 +324,26 @@ def _f(v: Any, nd: int = 0) -> str:
     return "-" if v is None else f"{v:,.{nd}f}"
 
 
+def _geist_rows(name: str, g: dict[str, Any], mode: str) -> list[str]:
+    """geist's rows of the table (mode: "" or " --fast")."""
+    if "cli" in g or "matched" in g:
+        cli = g.get("cli")
+        rows = [f"| {name} | geist vulkan{mode} (`geist bench`) | "
+                f"{_f(_cli_value(cli, 'pp512_tps'))} | "
+                f"{_f(_cli_value(cli, 'tg128_tps'), 1)} | "
+                f"{_f(_get(g, 'matched', 'npl1', 'median'), 1)} | "
+                f"{_f(_get(g, 'matched', 'npl8', 'median'), 1)} |"]
+        if _get(g, "matched", "pp512") is not None:
+            rows.append(f"| {name} | geist vulkan{mode} (llama-bench's protocol) | "
+                        f"{_f(_get(g, 'matched', 'pp512', 'median'))} | "
+                        f"{_f(_get(g, 'matched', 'tg128', 'median'), 1)} | | |")
+        return rows
+    if g:
+        why = (g.get("cli_error") or g.get("matched_error") or "?").splitlines()[-1]
+        return [f"| {name} | geist vulkan{mode} | not run on the device: {why[:120]} | | | |"]
+    return []
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"# GPU benchmark ({report['env'].get('gpu', '?')}), {report['updated']}", "",
              "Models: same-geometry stand-ins of the real files (header, tokenizer, tensor "
@@ -336,35 +363,25 @@ def markdown(report: dict[str, Any]) -> str:
                          f"{_f(_get(lb, 'bench', 'tg128', 'median'), 1)} | "
                          f"{_f(_get(lb, 'batched', 'npl1', 'median'), 1)} | "
                          f"{_f(_get(lb, 'batched', 'npl8', 'median'), 1)} |")
-        g = m.get("geist", {})
-        if "cli" in g or "matched" in g:
-            cli = g.get("cli")
-            lines.append(f"| {name} | geist vulkan (`geist bench`) | "
-                         f"{_f(_cli_value(cli, 'pp512_tps'))} | "
-                         f"{_f(_cli_value(cli, 'tg128_tps'), 1)} | "
-                         f"{_f(_get(g, 'matched', 'npl1', 'median'), 1)} | "
-                         f"{_f(_get(g, 'matched', 'npl8', 'median'), 1)} |")
-            if _get(g, "matched", "pp512") is not None:
-                lines.append(f"| {name} | geist vulkan (llama-bench's protocol) | "
-                             f"{_f(_get(g, 'matched', 'pp512', 'median'))} | "
-                             f"{_f(_get(g, 'matched', 'tg128', 'median'), 1)} | | |")
-        elif g:
-            why = (g.get("cli_error") or g.get("matched_error") or "?").splitlines()[-1]
-            lines.append(f"| {name} | geist vulkan | not run on the device: {why[:120]} | | | |")
+        for key, mode in (("geist", ""), ("geist_fast", " --fast")):
+            lines += _geist_rows(name, m.get(key, {}), mode)
     quiet = []  # what each part found before it started (wait_quiet)
     for name, m in report["models"].items():
         parts = [(f"llama.cpp {b}", _get(m, "llama", b, "quiet_before")) for b in BUILDS]
-        parts.append(("geist", _get(m, "geist", "quiet_before")))
+        parts += [(k, _get(m, k, "quiet_before")) for k in ("geist", "geist_fast")]
         quiet += [f"{name} {who}: CPUs {100 * q['cpu_busy']:.1f} % busy after {q['waited_s']} s, "
                   f"1-min load {q['loadavg']:.2f}" for who, q in parts if q]
     if quiet:
         lines += ["", "Before each part: " + "; ".join(quiet) + "."]
     lines += ["", "| model | ratio | value | target |", "|---|---|---|---|"]
     for name, m in report["models"].items():
-        for k, r in m.get("ratios", {}).items():
+        rs = [(k, r) for k, r in m.get("ratios", {}).items()]
+        rs += [(f"{k} (fast)", r) for k, r in m.get("ratios_fast", {}).items()]
+        for k, r in rs:
             tgt = "-" if r["target"] is None else f">= {r['target']}"
-            unit = " ms" if k.endswith("_ms") else "x"
-            tgt = tgt.replace(">=", "<=") if k.endswith("_ms") else tgt
+            ms = k.split(" ")[0].endswith("_ms")
+            unit = " ms" if ms else "x"
+            tgt = tgt.replace(">=", "<=") if ms else tgt
             val = "-" if r["value"] is None else f"{r['value']:.2f}{unit}"
             lines.append(f"| {name} | {k} | {val} | {tgt} |")
     lines += ["", "geist decode (tg128) and prefill (pp512) ratios use `geist bench` (a model "
@@ -430,6 +447,8 @@ def main() -> int:
                     "(`geist bench --npcs 1,8`, one pass)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "."))
     ap.add_argument("--fresh", action="store_true", help="forget WORK/results.json first")
+    ap.add_argument("--fast", action="store_true",
+                    help="geist's parts with GEIST_DEVICE_FAST, kept as geist_fast")
     ap.add_argument("--geist-matched", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--geist-load", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -437,7 +456,7 @@ def main() -> int:
     if parts - set(PARTS):
         ap.error(f"unknown parts {sorted(parts - set(PARTS))} (known: {', '.join(PARTS)})")
     if a.geist_matched:
-        print(json.dumps(geist_matched(a.geist_matched, a.reps, parts)))
+        print(json.dumps(geist_matched(a.geist_matched, a.reps, parts, a.fast)))
         return 0
     if a.geist_load:
         print(json.dumps(geist_load_check(a.geist_load)))
@@ -479,14 +498,17 @@ def main() -> int:
                                  "loadavg": os.getloadavg()[0]}
                 print(name, "llama.cpp", b, json.dumps(m["llama"][b])[:400], flush=True)
         if a.only in (None, "geist"):
+            key = "geist_fast" if a.fast else "geist"
             quiet = wait_quiet()
             t0 = time.time()
-            m["geist"] = geist_part(model, genv, a.reps, parts)
-            m["geist"]["quiet_before"] = quiet
-            m["geist"]["seconds"] = round(time.time() - t0, 1)
-            m["geist"]["loadavg"] = os.getloadavg()[0]
-            print(name, "geist", json.dumps(m["geist"])[:600], flush=True)
+            m[key] = geist_part(model, genv, a.reps, parts, a.fast)
+            m[key]["quiet_before"] = quiet
+            m[key]["seconds"] = round(time.time() - t0, 1)
+            m[key]["loadavg"] = os.getloadavg()[0]
+            print(name, key, json.dumps(m[key])[:600], flush=True)
         m["ratios"] = ratios(m)
+        if "geist_fast" in m:
+            m["ratios_fast"] = ratios(m, "geist_fast")
     report["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     store.write_text(json.dumps(report, indent=1))
     a.out.mkdir(parents=True, exist_ok=True)

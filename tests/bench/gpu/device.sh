@@ -32,9 +32,10 @@
 #                                        [PART ...]` stops by S s instead (a call granted less)
 #   bash .dev-gpu/device.sh game-stash DIR   keep the Godot parts (pack_game.sh's) a call carried
 #                                        in DIR, over as many calls as they take
-#   bash .dev-gpu/device.sh game [--npcs N] [--tokens T] [--threads K] [--model NAME]
+#   bash .dev-gpu/device.sh game [--npcs N] [--tokens T] [--threads K] [--model NAME] [--fast]
 #                                        once every part is held: the demo's --ai-bench headless,
-#                                        CPU backend then Vulkan (carry addons/geist/bin too),
+#                                        CPU backend then Vulkan (--fast: and Vulkan with
+#                                        GEIST_DEVICE_FAST; carry addons/geist/bin too),
 #                                        into $OUT/ai-bench-{cpu,vulkan}.json
 #   --root DIR before the command puts /opt/... under DIR (a dry run of setup elsewhere)
 #
@@ -89,6 +90,13 @@ setup() {
             python3 "$KIT/standin.py" check "$meta" "$W/models/$name.gguf"
         fi
     done
+    # the scripts and the models' headers kept beside the tools: a later call carries only its own
+    # paths (the kit's folder is gone from its tree), so it runs $W/kit/device.sh
+    if [ "$KIT" != "$W/kit" ]; then
+        mkdir -p "$W/kit"
+        cp "$KIT/device.sh" "$KIT/standin.py" "$W/kit/"
+        rm -rf "$W/kit/models" && cp -r "$KIT/models" "$W/kit/models"
+    fi
     log "setup done: $(ls "$W/models")"
 }
 
@@ -292,10 +300,11 @@ game_unpack() {
 
 # The demo's --ai-bench, headless, on the CPU backend and on Vulkan (this GPU), one after the
 # other, from the checkout root (demo_project/, addons/geist/bin carried): $OUT/ai-bench-*.json
-game() {  # [--npcs N] [--tokens T] [--threads K] [--model NAME]
-    local npcs=4 tokens=64 threads=4 model=smollm2
+game() {  # [--npcs N] [--tokens T] [--threads K] [--model NAME] [--fast]
+    local npcs=4 tokens=64 threads=4 model=smollm2 runs=(cpu vulkan)
     while [ $# -gt 0 ]; do
         case "$1" in
+            --fast) runs+=(vulkan-fast); shift ;;
             --npcs) npcs=$2; shift 2 ;;
             --tokens) tokens=$2; shift 2 ;;
             --threads) threads=$2; shift 2 ;;
@@ -314,9 +323,10 @@ game() {  # [--npcs N] [--tokens T] [--threads K] [--model NAME]
     local out=${OUT:?no OUT} b rc
     "$W/godot/ld-linux-x86-64.so.2" --library-path "$W/godot/lib" "$W/godot/godot" --headless \
         --version
-    for b in cpu vulkan; do
+    for b in "${runs[@]}"; do
         local extra=()
         [ "$b" = vulkan ] && extra=(--backend vulkan)
+        [ "$b" = vulkan-fast ] && extra=(--backend vulkan --fast)
         log "game: --ai-bench on $b ($npcs NPCs, $tokens tokens, $model; load $(cut -d' ' -f1 /proc/loadavg))"
         rc=0
         # Debian 12's Vulkan loader after Godot's libraries (geist dlopens libvulkan.so.1)
@@ -330,10 +340,11 @@ game() {  # [--npcs N] [--tokens T] [--threads K] [--model NAME]
     python3 - "$out" <<'PY'
 import json, sys
 from pathlib import Path
-for b in ("cpu", "vulkan"):
+for b in ("cpu", "vulkan", "vulkan-fast"):
     p = Path(sys.argv[1]) / f"ai-bench-{b}.json"
     if not p.exists():
-        print(b, "no JSON")
+        if b != "vulkan-fast":  # (run with --fast only)
+            print(b, "no JSON")
         continue
     d = json.loads(p.read_text())
     print(b, d.get("device", ""), "decode t/s", d.get("decode_tokens_per_s"), "frame ms",

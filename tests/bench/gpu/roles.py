@@ -14,7 +14,8 @@ result's name then carries them: `lib@--attn-chunk=16`).
 (a one-token reply), then N requests of --tg tokens each, greedy, run at once between two
 device-profile snapshots. The result is per pass (a pass: one batched step, its requests' short
 prompts' rows included): GPU ms, dispatches, and the GPU time by role. Only --attn-chunk=N and
---attn-per-head are taken as @ARGs there (Engine's attn_chunk, attn_per_head).
+--attn-per-head and --fast are taken as @ARGs there (Engine's attn_chunk, attn_per_head,
+fast).
 
 Run from the checkout root there, with the kit's environment (as ab.py); models: the stand-ins
 setup made. The libraries are typically stubs.py's: a kernel with one part left out, whose
@@ -58,6 +59,8 @@ for a in sys.argv[5:]:
         kw["attn_chunk"] = int(a.split("=", 1)[1])
     elif a == "--attn-per-head":
         kw["attn_per_head"] = True
+    elif a == "--fast":
+        kw["fast"] = True
     else:
         sys.exit(f"roles.py --npcs: {a} is not an Engine option here")
 eng = geist.Engine(backend="vulkan", device_profile=True, **kw)

@@ -329,6 +329,7 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
                         : 0;
     c->profile = o->profile;
     c->attn_per_head = o->attn_per_head;
+    c->fast = o->fast;
     *out = c;
     return GEIST_OK;
 }

@@ -78,15 +78,17 @@ static uint32_t argmax_parts(uint32_t n_vocab, uint32_t *chunk) {
  * slots idle;
  * P_ATTN_G .. P_ATTN_PART_FRESH_G: the four attention kernels built with ATTN_GROUP, a
  * workgroup per fw->attn_group query heads of a KV head (rec_attn);
- * P_ARGMAX: argmax.comp, the greedy id of rows that want only that (rec_argmax) */
+ * P_ARGMAX: argmax.comp, the greedy id of rows that want only that (rec_argmax);
+ * P_MVFAST: vulkan_only/mvfast.comp, GEIST_DEVICE_FAST's products of passes of one row
+ * (rec_mvfast), made only with that flag */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
        P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_ARGMAX,
-       P_COUNT };
+       P_MVFAST, P_COUNT };
 static const char *const k_pipe_names[P_COUNT] = {
     "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
     "attn_part", "matmul", "matvec", "matmul", "attn_fresh", "attn_part_fresh", "quant_fused",
-    "attn_grp", "attn_part_grp", "attn_fresh_grp", "attn_part_fresh_grp", "argmax"};
+    "attn_grp", "attn_part_grp", "attn_fresh_grp", "attn_part_fresh_grp", "argmax", "mvfast"};
 /* The grouped attention's shared scores (attn_body.glsl's SH_TOTAL under ATTN_GROUP): a
  * dispatch takes the grouped kernels when its rows' positions (a split one's chunk) fit
  * GROUP_SH / attn_group a head, else one workgroup a head (SPLIT_SH) */
@@ -666,7 +668,7 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         /* a GPU groups only a prompt's rows (rec_attn): never split (at most SPLIT_ROWS rows)
          * nor fresh (one row a session), so of the grouped kernels only P_ATTN_G is made there */
         const bool grouped = p >= P_ATTN_G && p <= P_ATTN_PART_FRESH_G;
-        if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) ||
+        if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) || (p == P_MVFAST && !c->fast) ||
             (grouped && (fw->attn_group < 2 || (fw->wide && p != P_ATTN_G))))
             continue; /* left VK_NULL_HANDLE: never dispatched */
         /* the kernel, or its integer-dot-product build where the device takes those */
@@ -681,8 +683,8 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         struct { uint32_t c0, c1; VkBool32 fma; } sv = {0u, 0u, fw->fma ? VK_TRUE : VK_FALSE};
         const VkSpecializationMapEntry sme[3] = {{14, 8, 4}, {0, 0, 4}, {1, 4, 4}};
         uint32_t n_sme = 1;
-        if (p == P_MATVEC8 || p == P_MATVEC2) {
-            sv.c0 = p == P_MATVEC2 ? 2u : 1u;
+        if (p == P_MATVEC8 || p == P_MATVEC2 || p == P_MVFAST) {
+            sv.c0 = p == P_MATVEC2 ? 2u : 1u; /* (mvfast.comp has no ROWS8: ignored) */
             memcpy(&sv.c1, &vm->model->cfg.eps, 4);
             n_sme = 3;
         } else if (p == P_MATMUL16) {
@@ -999,6 +1001,7 @@ typedef struct rec {
     bool disjoint; /* the dispatches write disjoint ranges of what they share (per session) */
     bool mm;       /* fw->mm: longer steps' quantized products take matmul.comp */
     bool wide;     /* fw->wide: decode's blocks-of-32 products take P_MATVEC2 */
+    bool fast;     /* the pass's quantized products take P_MVFAST (rec_mvfast) */
     uint32_t role; /* geist_device_role of the dispatches planned now */
 } rec;
 
@@ -1018,7 +1021,7 @@ static const uint32_t k_writes[P_COUNT] = {
     [P_ATTN_PART_G] = WB(3) | WB(4) | WB(5),
     [P_ATTN_FRESH_G] = WB(3) | WB(5) | WB(10) | WB(11) | WB(12),
     [P_ATTN_PART_FRESH_G] = WB(3) | WB(4) | WB(5) | WB(10) | WB(11) | WB(12),
-    [P_ARGMAX] = WB(3) | WB(4)};
+    [P_ARGMAX] = WB(3) | WB(4), [P_MVFAST] = WB(3)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
     for (uint32_t i = 0; i < n; i++)
@@ -1048,7 +1051,7 @@ static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *
                      uint32_t groups) {
     if (r->failed || groups == 0) return;
     if (pipe != P_MATVEC && pipe != P_MATVEC8 && pipe != P_MATVEC2 && pipe != P_MATMUL &&
-        pipe != P_MATMUL16 && pipe != P_QUANT && pipe != P_QUANT_FUSED)
+        pipe != P_MATMUL16 && pipe != P_QUANT && pipe != P_QUANT_FUSED && pipe != P_MVFAST)
         r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
     const uint32_t wmask = k_writes[pipe] ? k_writes[pipe] : 0xFFu;
     bool hazard = k_writes[pipe] == 0 || r->force;
@@ -1285,6 +1288,36 @@ static void dispatch_mv8(rec *r, const wref *w, const VkBuffer b[N_BIND], const 
 /* matvec.comp's in-product steps (bits of its `accumulate`) */
 enum { MV_ACC = 1, MV_SELFQ = 2, MV_ROPE = 8, MV_NORM = 16, MV_GATED = 32, MV_GELU = 64 };
 
+/* Past this many output rows a product's workgroups would repeat x's 8-bit rows more often than
+ * one quant.comp dispatch costs (the logits: 6,144 workgroups of SmolLM2's, 32,768 of Gemma 3's) */
+#define SELFQ_MAX_ROWS 16384u
+
+/* GEIST_DEVICE_FAST: a quantized product of a pass of one row (r->fast) on float activations
+ * (mvfast.comp: 2 output rows a workgroup; MV_GATED: a gate row and its up row), with
+ * matvec.comp's in-product steps (bits): MV_ACC, MV_NORM (norm_at), MV_ROPE (hd, n_rot),
+ * MV_GATED / MV_GELU (the up rows at up_off). Not cpu_scalar's bits: docs/VULKAN.md "Fast
+ * products". Products of more than SELFQ_MAX_ROWS rows (a large vocabulary's output) keep the
+ * 8-bit path, quant.comp once and matvec.comp's 8 rows a workgroup: Gemma 3's 262,144 took 276 us
+ * on the H100 in mvfast.comp against 159 us so (session 23). Passes of several rows (sessions
+ * decoding together, a prompt) keep it too: mvfast.comp's loop over 8 rows was 7-12 % slower
+ * there than quant.comp once and the batched products. */
+static bool fast_fits(const rec *r, const wref *w, uint32_t n_tok) {
+    return r->fast && n_tok == 1 && act_fmt(w->type) >= 0 && w->n_out <= SELFQ_MAX_ROWS;
+}
+static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok,
+                       uint32_t bits, uint32_t norm_at, uint32_t hd, uint32_t n_rot,
+                       uint32_t up_off) {
+    uint32_t acc = bits;
+    if (bits & MV_ROPE) acc |= hd << 8 | n_rot << 20;
+    const bool gated = (bits & MV_GATED) != 0;
+    const uint32_t type = w->type | ((bits & MV_NORM) ? norm_at << 8 : 0u);
+    const uint32_t pc[9] = {w->off, type, w->n_in, w->row_bytes, gated ? 2 * w->n_out : w->n_out,
+                            n_tok, gated ? w->n_out : w->ldy, acc, gated ? up_off : w->row0};
+    const VkBuffer b[N_BIND] = {w->buf, 0, x, y, (bits & MV_NORM) ? r->fw->norms.buf : 0,
+                                (bits & MV_ROPE) ? r->fw->in.buf : 0, 0, 0};
+    dispatch(r, P_MVFAST, b, pc, sizeof pc, gated ? w->n_out : (w->n_out + 1) / 2);
+}
+
 /* A quantized product with its 8-bit rows made inside (selfq_fits) and these steps there:
  * MV_ROPE: the output pairs (2i, 2i + 1) of heads of hd values rotated as rope.comp does (the
  * pass inputs' cos/sin bound at 5); MV_NORM: x is the residual stream, normalized as
@@ -1292,6 +1325,10 @@ enum { MV_ACC = 1, MV_SELFQ = 2, MV_ROPE = 8, MV_NORM = 16, MV_GATED = 32, MV_GE
  * 2^24: gt_vk_fwd_init checks). */
 static void rec_mv_fused(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok,
                          uint32_t bits, uint32_t norm_at, uint32_t hd, uint32_t n_rot) {
+    if (fast_fits(r, w, n_tok)) {
+        rec_mvfast(r, w, x, y, n_tok, bits, norm_at, hd, n_rot, 0);
+        return;
+    }
     uint32_t acc = bits | MV_SELFQ;
     if (bits & MV_ROPE) acc |= hd << 8 | n_rot << 20;
     const uint32_t type = w->type | ((bits & MV_NORM) ? norm_at << 8 : 0u);
@@ -1308,6 +1345,10 @@ static void rec_mv_fused(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t
  * row, a workgroup's 4 gate rows and their 4 up rows (gate and up in one buffer, anywhere) */
 static void rec_mv_gated(rec *r, const wref *gate, const wref *up, VkBuffer x, VkBuffer y,
                          uint32_t n_tok, uint32_t bits, uint32_t norm_at) {
+    if (fast_fits(r, gate, n_tok)) {
+        rec_mvfast(r, gate, x, y, n_tok, bits | MV_GATED, norm_at, 0, 0, up->off);
+        return;
+    }
     const uint32_t acc = bits | MV_SELFQ | MV_GATED;
     const uint32_t type = gate->type | ((bits & MV_NORM) ? norm_at << 8 : 0u);
     const uint32_t pc[9] = {gate->off, type, gate->n_in, gate->row_bytes, 2 * gate->n_out, n_tok,
@@ -1318,11 +1359,11 @@ static void rec_mv_gated(rec *r, const wref *gate, const wref *up, VkBuffer x, V
     dispatch(r, P_MATVEC8, b, pc, sizeof pc, (gate->n_out + 3) / 4);
 }
 
-/* Past this many output rows a product's workgroups would repeat x's 8-bit rows more often than
- * one quant.comp dispatch costs (the logits: 6,144 workgroups of SmolLM2's, 32,768 of Gemma 3's) */
-#define SELFQ_MAX_ROWS 16384u
-
 static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok, bool acc) {
+    if (fast_fits(r, w, n_tok)) {
+        rec_mvfast(r, w, x, y, n_tok, acc ? MV_ACC : 0u, 0, 0, 0, 0);
+        return;
+    }
     const int fmt = act_fmt(w->type);
     /* the product makes x's 8-bit rows itself when they fit, unless the scratch holds them */
     const bool selfq = fmt >= 0 && selfq_fits(w->n_in, n_tok) && w->n_out <= SELFQ_MAX_ROWS &&
@@ -1600,6 +1641,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     }
 
     rec r = {.c = c, .fw = fw, .aq_src = VK_NULL_HANDLE, .aq_fmt = -1, .mm = fw->mm, .wide = fw->wide,
+             .fast = fw->pipe[P_MVFAST] != VK_NULL_HANDLE && n == 1,
              .role = GEIST_ROLE_EMBED};
     const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
     const uint32_t hk = (uint32_t)cf->head_dim_k, nrot = (uint32_t)cf->n_rot;
@@ -1621,7 +1663,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         r.role = GEIST_ROLE_QKV;
         const bool qkv_q = act_fmt(w[W_Q].type) >= 0 && act_fmt(w[W_K].type) >= 0 &&
                            act_fmt(w[W_V].type) >= 0;
-        const bool fuse_n1 = qkv_q && selfq_fits(d, N) && fw->n_norm < (1u << 24);
+        const bool fuse_n1 = qkv_q && (selfq_fits(d, N) || r.fast) && fw->n_norm < (1u << 24);
         const bool fuse_rope = fuse_n1 && R->q_norm == NO_NORM && R->rope_table == 0 &&
                                cf->rope_style == GT_ROPE_NORM && hk < 4096 && nrot < 4096 &&
                                w[W_Q].n_out == (uint32_t)cf->n_head * hk && w[W_K].n_out == kd;
@@ -1646,7 +1688,8 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
                           (R->q_norm != NO_NORM ? 1u : 0u) |
                               (!fuse_rope ? 2u | (cf->rope_style == GT_ROPE_NEOX ? 4u : 0u) : 0u),
                           R->q_norm, R->k_norm, R->rope_table ? rope_at_local : rope_at,
-                          fresh_pass ? qout_of(w[W_O].type, (uint32_t)cf->head_dim_v) : 0u};
+                          fresh_pass && !r.fast ? qout_of(w[W_O].type, (uint32_t)cf->head_dim_v)
+                                                : 0u};
         if (R->q_norm != NO_NORM && !fr.on) { /* per head, in place, before the rotary */
             rec_norm(&r, fw->q.buf, fw->q.buf, N * (uint32_t)cf->n_head, hk, R->q_norm, 0, cf->eps,
                      false);
@@ -1704,8 +1747,8 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         const wref *wg = &w[W_GATE], *wu = &w[W_UP], *wdn = &w[W_DOWN];
         const bool fuse_ffn = wg->buf == wu->buf && wg->type == wu->type && wg->n_in == wu->n_in &&
                               wg->n_out == wu->n_out && wg->n_out == nff && act_fmt(wg->type) >= 0 &&
-                              act_fmt(wdn->type) >= 0 && selfq_fits(wdn->n_in, N) &&
-                              wg->row0 == 0 && wu->row0 == 0 && selfq_fits(d, N) &&
+                              act_fmt(wdn->type) >= 0 && wg->row0 == 0 && wu->row0 == 0 &&
+                              (r.fast || (selfq_fits(wdn->n_in, N) && selfq_fits(d, N))) &&
                               fw->n_norm < (1u << 24);
         if (fuse_ffn) {
             rec_mv_gated(&r, wg, wu, fw->x.buf, fw->up.buf, N,
