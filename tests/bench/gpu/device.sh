@@ -65,8 +65,10 @@ log() { echo "[device.sh $(date -u +%T)] $*"; }
 setup() {
     mkdir -p "$W/logs" "$W/models"
     if [ ! -f "$W/.unpacked" ]; then
+        shopt -s nullglob  # a kit slimmed for a call (no sid tools: session 23) has fewer
         for d in "$KIT"/debs-bookworm/*.deb; do dpkg -x "$d" "$VK"; done
         for d in "$KIT"/debs-sid/*.deb; do dpkg -x "$d" "$SID"; done
+        shopt -u nullglob
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target "$W/site" "$KIT"/wheels/*.whl
         rm -rf "$W/llama.cpp"
