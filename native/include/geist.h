@@ -157,10 +157,11 @@ enum {
      * every step, where the rows' positions fit its shared scores (docs/VULKAN.md "The grouped
      * attention"). The same bits either way: for comparison. */
     GEIST_DEVICE_ATTN_PER_HEAD = 1u << 4,
-    /* Fast products (vulkan): steps of at most 8 rows (decode, one NPC or several together)
-     * multiply float activations by the weights unpacked on the fly, with the device's own
-     * arithmetic and order, where the default makes cpu_scalar's 8-bit activations and exact
-     * integer block sums in every product. Not cpu_scalar's bits: logits within a tolerance
+    /* Fast products (vulkan): passes of one row (one NPC's decode step; several sessions
+     * decoding together, prompts and a reply's line keep the default) multiply float
+     * activations by the weights unpacked on the fly, with the device's own arithmetic and
+     * order, where the default makes cpu_scalar's 8-bit activations and exact integer block sums
+     * in every product. Not cpu_scalar's bits: logits within a tolerance
      * (docs/VULKAN.md "Fast products"), the same greedy ids on the tested fixtures; faster on a
      * GPU, where a decode product's time is its workgroups' chain of dependent steps. */
     GEIST_DEVICE_FAST = 1u << 5

@@ -1300,9 +1300,17 @@ enum { MV_ACC = 1, MV_SELFQ = 2, MV_ROPE = 8, MV_NORM = 16, MV_GATED = 32, MV_GE
  * 8-bit path, quant.comp once and matvec.comp's 8 rows a workgroup: Gemma 3's 262,144 took 276 us
  * on the H100 in mvfast.comp against 159 us so (session 23). Passes of several rows (sessions
  * decoding together, a prompt) keep it too: mvfast.comp's loop over 8 rows was 7-12 % slower
- * there than quant.comp once and the batched products. */
-static bool fast_fits(const rec *r, const wref *w, uint32_t n_tok) {
-    return r->fast && n_tok == 1 && act_fmt(w->type) >= 0 && w->n_out <= SELFQ_MAX_ROWS;
+ * there than quant.comp once and the batched products. mvfast.comp reads x's floats: where the
+ * scratch holds x's 8-bit rows (aq_src), which may be all that was made of it, the 8-bit path
+ * reads those (run_pass makes floats in fast passes: no rec_quant_fused there). */
+static bool fast_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) {
+    return r->fast && n_tok == 1 && act_fmt(w->type) >= 0 && w->n_out <= SELFQ_MAX_ROWS &&
+           r->aq_src != x;
+}
+/* Whether a decode-size product of x can take its in-product steps (norm, rotary, activation):
+ * in mvfast.comp, or in matvec.comp with x's 8-bit rows made in shared memory (selfq_fits) */
+static bool fused_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) {
+    return fast_fits(r, w, x, n_tok) || selfq_fits(w->n_in, n_tok);
 }
 static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok,
                        uint32_t bits, uint32_t norm_at, uint32_t hd, uint32_t n_rot,
@@ -1325,7 +1333,7 @@ static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
  * 2^24: gt_vk_fwd_init checks). */
 static void rec_mv_fused(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok,
                          uint32_t bits, uint32_t norm_at, uint32_t hd, uint32_t n_rot) {
-    if (fast_fits(r, w, n_tok)) {
+    if (fast_fits(r, w, x, n_tok)) {
         rec_mvfast(r, w, x, y, n_tok, bits, norm_at, hd, n_rot, 0);
         return;
     }
@@ -1345,7 +1353,7 @@ static void rec_mv_fused(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t
  * row, a workgroup's 4 gate rows and their 4 up rows (gate and up in one buffer, anywhere) */
 static void rec_mv_gated(rec *r, const wref *gate, const wref *up, VkBuffer x, VkBuffer y,
                          uint32_t n_tok, uint32_t bits, uint32_t norm_at) {
-    if (fast_fits(r, gate, n_tok)) {
+    if (fast_fits(r, gate, x, n_tok)) {
         rec_mvfast(r, gate, x, y, n_tok, bits | MV_GATED, norm_at, 0, 0, up->off);
         return;
     }
@@ -1360,7 +1368,7 @@ static void rec_mv_gated(rec *r, const wref *gate, const wref *up, VkBuffer x, V
 }
 
 static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok, bool acc) {
-    if (fast_fits(r, w, n_tok)) {
+    if (fast_fits(r, w, x, n_tok)) {
         rec_mvfast(r, w, x, y, n_tok, acc ? MV_ACC : 0u, 0, 0, 0, 0);
         return;
     }
@@ -1663,7 +1671,9 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         r.role = GEIST_ROLE_QKV;
         const bool qkv_q = act_fmt(w[W_Q].type) >= 0 && act_fmt(w[W_K].type) >= 0 &&
                            act_fmt(w[W_V].type) >= 0;
-        const bool fuse_n1 = qkv_q && (selfq_fits(d, N) || r.fast) && fw->n_norm < (1u << 24);
+        const bool fuse_n1 = qkv_q && fused_fits(&r, &w[W_Q], fw->x.buf, N) &&
+                             fused_fits(&r, &w[W_K], fw->x.buf, N) &&
+                             fused_fits(&r, &w[W_V], fw->x.buf, N) && fw->n_norm < (1u << 24);
         const bool fuse_rope = fuse_n1 && R->q_norm == NO_NORM && R->rope_table == 0 &&
                                cf->rope_style == GT_ROPE_NORM && hk < 4096 && nrot < 4096 &&
                                w[W_Q].n_out == (uint32_t)cf->n_head * hk && w[W_K].n_out == kd;
@@ -1673,7 +1683,8 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             rec_mv_fused(&r, &w[W_K], fw->x.buf, fw->k.buf, N, rb, R->attn_norm, hk, nrot);
             rec_mv_fused(&r, &w[W_V], fw->x.buf, fw->v.buf, N, MV_NORM, R->attn_norm, 0, 0);
         } else {
-            const int qf = fused_fmt(d, &w[W_Q], &w[W_K], &w[W_V]);
+            /* (a fast pass's products read floats: quant_fused writes none) */
+            const int qf = r.fast ? -1 : fused_fmt(d, &w[W_Q], &w[W_K], &w[W_V]);
             if (qf >= 0) /* the norm straight into Q, K and V's 8-bit rows */
                 rec_quant_fused(&r, fw->x.buf, 0, fw->xn.buf, d, N, qf, QF_NORM, R->attn_norm,
                                 cf->eps, 0);
@@ -1748,7 +1759,8 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         const bool fuse_ffn = wg->buf == wu->buf && wg->type == wu->type && wg->n_in == wu->n_in &&
                               wg->n_out == wu->n_out && wg->n_out == nff && act_fmt(wg->type) >= 0 &&
                               act_fmt(wdn->type) >= 0 && wg->row0 == 0 && wu->row0 == 0 &&
-                              (r.fast || (selfq_fits(wdn->n_in, N) && selfq_fits(d, N))) &&
+                              fused_fits(&r, wg, fw->x.buf, N) &&
+                              fused_fits(&r, wdn, fw->up.buf, N) &&
                               fw->n_norm < (1u << 24);
         if (fuse_ffn) {
             rec_mv_gated(&r, wg, wu, fw->x.buf, fw->up.buf, N,
@@ -1760,7 +1772,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
                 rec_residual(&r, wdn, fw->up.buf, N, R->post_ffn, cf->eps);
             continue;
         }
-        const int gf = fused_fmt(d, &w[W_GATE], &w[W_UP], NULL);
+        const int gf = r.fast ? -1 : fused_fmt(d, &w[W_GATE], &w[W_UP], NULL);
         if (gf >= 0) /* the norm straight into gate and up's 8-bit rows */
             rec_quant_fused(&r, fw->x.buf, 0, fw->xn.buf, d, N, gf, QF_NORM, R->ffn_norm, cf->eps,
                             0);
@@ -1769,7 +1781,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         rec_matvec(&r, &w[W_GATE], fw->xn.buf, fw->gate.buf, N, false);
         rec_matvec(&r, &w[W_UP], fw->xn.buf, fw->up.buf, N, false);
         r.role = GEIST_ROLE_FFN_ACT;
-        const int df = fused_fmt(nff, &w[W_DOWN], NULL, NULL);
+        const int df = r.fast ? -1 : fused_fmt(nff, &w[W_DOWN], NULL, NULL);
         if (df >= 0) { /* the activation straight into down's 8-bit rows */
             rec_quant_fused(&r, fw->gate.buf, fw->up.buf, fw->gate.buf, nff, N, df, QF_ACT, 0, 0.0f,
                             cf->act == GT_ACT_GELU_TANH);
