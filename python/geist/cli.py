@@ -239,14 +239,18 @@ def _median_spread(xs: list[float]) -> tuple[float, float]:
 
 # Memory bandwidth by device name (the vendor's figure), for the bandwidth-bound fraction of
 # `geist bench` on a device backend: the first key found in the device's name. NVIDIA H200 (SXM,
-# HBM3e): 4.8 TB/s (NVIDIA's H200 datasheet).
-DEVICE_BANDWIDTH = {"H200": 4.8e12}
+# HBM3e): 4.8 TB/s (NVIDIA's H200 datasheet); H100 SXM (80GB HBM3): 3.35 TB/s (NVIDIA's H100
+# datasheet; the PCIe card, HBM2e, has another name and figure).
+DEVICE_BANDWIDTH = {"H200": 4.8e12, "H100 80GB HBM3": 3.35e12}
+
+
+# Model.device_profile() before and after a run: per role (ns, dispatches)
+_RolePair = tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]
 
 
 def _device_split(before: dict[str, int], after: dict[str, int], tokens: int, wall_s: float,
-                  weight_bytes: int, device: str,
-                  roles: tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]] | None = None
-                  ) -> dict[str, Any]:
+                  weight_bytes: int, device: str, roles: _RolePair | None = None,
+                  fast: bool = False) -> dict[str, Any]:
     """Per generated token: the host's phases and the GPU's time from a device model's counters
     (Model.device_stats) around a decode run, and the fraction of the memory-bandwidth bound;
     with roles (Model.device_profile() before and after, --profile) the GPU's time by role."""
@@ -260,7 +264,7 @@ def _device_split(before: dict[str, int], after: dict[str, int], tokens: int, wa
         "passes": d["passes"], "recorded": d["recorded"],
         "dispatches_per_token": d["dispatches"] / max(tokens, 1),
         "barriers_per_token": d["barriers"] / max(tokens, 1),
-        "weight_bytes": weight_bytes, "fused_fma": bool(after.get("fused_fma", 0))}
+        "weight_bytes": weight_bytes, "fused_fma": bool(after.get("fused_fma", 0)), "fast": fast}
     bw = next((v for k, v in DEVICE_BANDWIDTH.items() if k in device), None)
     out["bandwidth"] = bw
     out["bandwidth_fraction"] = (weight_bytes * tokens / wall_s / bw) if bw and wall_s > 0 else None
@@ -288,7 +292,8 @@ def _print_split(model: str, device: str, sp: dict[str, Any]) -> None:
                  f"{sp['bandwidth'] / 1e12:.1f} TB/s bound")
     else:
         line += " (no bandwidth figure for this device: geist.cli.DEVICE_BANDWIDTH)"
-    print(line + f"; fma {fma}")
+    products = "fast (float activations)" if sp.get("fast") else "exact (8-bit activations)"
+    print(line + f"; fma {fma}; products {products}")
     if sp.get("roles"):
         print("  GPU time per token by role (--profile; a timestamp after every dispatch):")
         for k, (ms, calls) in sorted(sp["roles"].items(), key=lambda kv: -kv[1][0]):
@@ -407,7 +412,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
                 if after["passes"] > before["passes"]:  # a device backend: where the time went
                     splits.append(_device_split(before, after, ns.tg, wall,
                                                 int(model.info.get("weight_bytes", 0)),
-                                                eng.device or "", roles))
+                                                eng.device or "", roles, ns.fast))
             backend = model.backend
             model.close()
         row: dict[str, object] = {"model": path.name, "backend": backend, "runs": ns.runs,

@@ -29,6 +29,7 @@ The ICD is pinned as in test_vulkan.py; without lavapipe these tests skip and sa
 from __future__ import annotations
 
 import ctypes.util
+import json
 import os
 import shutil
 import subprocess
@@ -1270,3 +1271,20 @@ def test_fast_products_leave_passes_of_several_rows_exact(vk_fast: geist.Engine)
             e.close()
     assert np.array_equal(rows["cpu"], rows["vk"])
     assert ids["vk"] == ids["cpu"]
+
+
+def test_bench_says_which_products_ran(capsys: pytest.CaptureFixture[str]) -> None:
+    # `geist bench --backend vulkan [--fast]`: the split line names the products (the JSON's
+    # device_split too), so a figure is never read as the other mode's
+    from geist import cli
+
+    path = testing.fixture_path("llama", "Q4_1")
+    for fast in (False, True):
+        args = ["bench", str(path), "--backend", "vulkan", "--runs", "1", "--pp", "8", "--tg", "4"]
+        assert cli.main(args + (["--fast"] if fast else [])) == 0
+        out = capsys.readouterr().out
+        assert ("products fast (float activations)" if fast
+                else "products exact (8-bit activations)") in out, out
+        assert cli.main(args + ["--json"] + (["--fast"] if fast else [])) == 0
+        row = json.loads(capsys.readouterr().out)[0]
+        assert row["device_split"]["fast"] is fast
