@@ -1204,11 +1204,6 @@ def vk_fast(_vk_holder: dict[str, geist.Engine]) -> geist.Engine:
     return _vk_holder["fast"]
 
 
-def _fast_path(family: str, weight_type: str, **kw: Any) -> Path:
-    return (testing.fixture_path("llama", weight_type, **kw) if family == "llama"
-            else testing.family_fixture_path(family, weight_type, **kw))
-
-
 def _row_by_row(path: Path, eng: geist.Engine, feed: list[int],
                 n_free: int) -> tuple[list[int], np.ndarray]:
     """Every token a pass of one row: feed's, then n_free greedy ones; the greedy ids (feed's
@@ -1239,7 +1234,7 @@ def test_fast_products_match_float_activations(family: str, weight_type: str,
     # every weight format's unpacking, the norm, rotary and gated activation inside the
     # products, sliding windows, QK norms and post-norms (gemma3 with Gemma 3's heads of 256):
     # the reference's greedy ids, then logits within FAST_RTOL, step by step
-    path = _fast_path(family, weight_type, **kw)
+    path = testing.family_fixture_path(family, weight_type, **kw)
     ref_eng = geist.Engine(backend="cpu_scalar", exact_activations=True)
     try:
         ref_ids, ref = _row_by_row(path, ref_eng, PROMPT, 24)

@@ -1249,10 +1249,11 @@ static void rec_quant_fused(rec *r, VkBuffer x, VkBuffer u, VkBuffer as, uint32_
 }
 
 /* The activation format every one of these products (NULL: none) takes, when they all take the
- * same and rows of n_in values fit quant_fused (at least 256, whole blocks); else -1 */
-static int fused_fmt(uint32_t n_in, const wref *a, const wref *b, const wref *c) {
+ * same and rows of n_in values fit quant_fused (at least 256, whole blocks); else -1. A fast
+ * pass's products read floats (mvfast.comp), which quant_fused does not write: -1 there. */
+static int fused_fmt(const rec *r, uint32_t n_in, const wref *a, const wref *b, const wref *c) {
     const int f = act_fmt(a->type);
-    if (f < 0 || n_in < 256 || n_in % (f ? 256u : 32u) || (b && act_fmt(b->type) != f) ||
+    if (r->fast || f < 0 || n_in < 256 || n_in % (f ? 256u : 32u) || (b && act_fmt(b->type) != f) ||
         (c && act_fmt(c->type) != f))
         return -1;
     return f;
@@ -1302,7 +1303,7 @@ enum { MV_ACC = 1, MV_SELFQ = 2, MV_ROPE = 8, MV_NORM = 16, MV_GATED = 32, MV_GE
  * decoding together, a prompt) keep it too: mvfast.comp's loop over 8 rows was 7-12 % slower
  * there than quant.comp once and the batched products. mvfast.comp reads x's floats: where the
  * scratch holds x's 8-bit rows (aq_src), which may be all that was made of it, the 8-bit path
- * reads those (run_pass makes floats in fast passes: no rec_quant_fused there). */
+ * reads those (fast passes make floats: fused_fmt takes no quant_fused there). */
 static bool fast_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) {
     return r->fast && n_tok == 1 && act_fmt(w->type) >= 0 && w->n_out <= SELFQ_MAX_ROWS &&
            r->aq_src != x;
@@ -1683,8 +1684,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             rec_mv_fused(&r, &w[W_K], fw->x.buf, fw->k.buf, N, rb, R->attn_norm, hk, nrot);
             rec_mv_fused(&r, &w[W_V], fw->x.buf, fw->v.buf, N, MV_NORM, R->attn_norm, 0, 0);
         } else {
-            /* (a fast pass's products read floats: quant_fused writes none) */
-            const int qf = r.fast ? -1 : fused_fmt(d, &w[W_Q], &w[W_K], &w[W_V]);
+            const int qf = fused_fmt(&r, d, &w[W_Q], &w[W_K], &w[W_V]);
             if (qf >= 0) /* the norm straight into Q, K and V's 8-bit rows */
                 rec_quant_fused(&r, fw->x.buf, 0, fw->xn.buf, d, N, qf, QF_NORM, R->attn_norm,
                                 cf->eps, 0);
@@ -1772,7 +1772,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
                 rec_residual(&r, wdn, fw->up.buf, N, R->post_ffn, cf->eps);
             continue;
         }
-        const int gf = r.fast ? -1 : fused_fmt(d, &w[W_GATE], &w[W_UP], NULL);
+        const int gf = fused_fmt(&r, d, &w[W_GATE], &w[W_UP], NULL);
         if (gf >= 0) /* the norm straight into gate and up's 8-bit rows */
             rec_quant_fused(&r, fw->x.buf, 0, fw->xn.buf, d, N, gf, QF_NORM, R->ffn_norm, cf->eps,
                             0);
@@ -1781,7 +1781,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         rec_matvec(&r, &w[W_GATE], fw->xn.buf, fw->gate.buf, N, false);
         rec_matvec(&r, &w[W_UP], fw->xn.buf, fw->up.buf, N, false);
         r.role = GEIST_ROLE_FFN_ACT;
-        const int df = r.fast ? -1 : fused_fmt(nff, &w[W_DOWN], NULL, NULL);
+        const int df = fused_fmt(&r, nff, &w[W_DOWN], NULL, NULL);
         if (df >= 0) { /* the activation straight into down's 8-bit rows */
             rec_quant_fused(&r, fw->gate.buf, fw->up.buf, fw->gate.buf, nff, N, df, QF_ACT, 0, 0.0f,
                             cf->act == GT_ACT_GELU_TANH);
