@@ -8,8 +8,8 @@ const SETTINGS := [
 	["geist/runtime/threads", TYPE_INT, 1, PROPERTY_HINT_RANGE, "1,64,1"],
 	["geist/runtime/backend", TYPE_STRING, "auto", PROPERTY_HINT_ENUM_SUGGESTION, "auto,cpu_x86,cpu_scalar,vulkan"],
 	["geist/runtime/device", TYPE_STRING, "auto", PROPERTY_HINT_NONE, ""],
-	# vulkan: one NPC's decode steps on float activations (faster; not cpu_scalar's bits:
-	# docs/VULKAN.md "Fast products")
+	# vulkan: decode steps on float activations, their attention in the device's own order
+	# (faster; not cpu_scalar's bits: docs/VULKAN.md "Fast products")
 	["geist/runtime/device_fast", TYPE_BOOL, false, PROPERTY_HINT_NONE, ""],
 	# scheduling of the runtime: at most budget_ms of worker time per period_ms (0 = no budget),
 	# prompt tokens per step, rows per batched step

@@ -534,7 +534,9 @@ static void me_stats(void *self, const GDExtensionConstVariantPtr *a, int64_t n,
     gv_dict_set_str(ret, "backend", ENG->e ? geist_engine_backend_name(ENG->e) : "");
     gv_dict_set_str(ret, "backends_available", geist_backends_available());
     gv_dict_set_str(ret, "device", ENG->e ? geist_engine_device_name(ENG->e) : "");
-    gv_dict_set_int(ret, "device_fast", ENG->device_fast);
+    /* in effect only where a device backend runs (the CPU backends ignore the flag) */
+    gv_dict_set_int(ret, "device_fast",
+                    ENG->device_fast && ENG->e && geist_engine_device_name(ENG->e)[0] != '\0');
     gv_dict_set_int(ret, "threads", ENG->threads);
     gv_dict_set_str(ret, "runtime", gr_path());
     gv_dict_set_float(ret, "budget_ms", ENG->ropts.budget_ms);

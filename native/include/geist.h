@@ -157,13 +157,15 @@ enum {
      * every step, where the rows' positions fit its shared scores (docs/VULKAN.md "The grouped
      * attention"). The same bits either way: for comparison. */
     GEIST_DEVICE_ATTN_PER_HEAD = 1u << 4,
-    /* Fast products (vulkan): passes of one row (one NPC's decode step; several sessions
-     * decoding together, prompts and a reply's line keep the default) multiply float
-     * activations by the weights unpacked on the fly, with the device's own arithmetic and
-     * order, where the default makes cpu_scalar's 8-bit activations and exact integer block sums
-     * in every product. Not cpu_scalar's bits: logits within a tolerance
-     * (docs/VULKAN.md "Fast products"), the same greedy ids on the tested fixtures; faster on a
-     * GPU, where a decode product's time is its workgroups' chain of dependent steps. */
+    /* Fast decode (vulkan), not cpu_scalar's bits: logits within a tolerance (docs/VULKAN.md
+     * "Fast products", "The fast attention"), the same greedy ids on the tested fixtures;
+     * faster on a GPU, where a decode kernel's time is its workgroups' chain of dependent steps.
+     * - Passes of one row (one NPC's decode step) multiply float activations by the weights
+     *   unpacked on the fly, with the device's own arithmetic and order, where the default makes
+     *   cpu_scalar's 8-bit activations and exact integer block sums in every product.
+     * - Passes of one row a session (one NPC's step, or several decoding together) attend with
+     *   subgroup sums and an online softmax, on devices with subgroups of 8 lanes or more.
+     * Prompts and a reply's line (several rows of one session) keep the default. */
     GEIST_DEVICE_FAST = 1u << 5
 };
 
@@ -302,6 +304,8 @@ typedef struct geist_device_stats {
                        * (the runtime's greedy requests; their logits stayed there) */
     uint64_t fused_fma; /* 1 where the device's fma() rounds once, found by a probe at the first
                          * session (the kernels take it); 0: they emulate it (the same values) */
+    uint64_t fast_attn_rows; /* rows that attended in GEIST_DEVICE_FAST's own attention (a fast
+                              * pass on a device with subgroup sums; docs/VULKAN.md) */
 } geist_device_stats;
 
 GEIST_API geist_status geist_model_device_stats(const geist_model *model, geist_device_stats *out);

@@ -264,7 +264,8 @@ def _device_split(before: dict[str, int], after: dict[str, int], tokens: int, wa
         "passes": d["passes"], "recorded": d["recorded"],
         "dispatches_per_token": d["dispatches"] / max(tokens, 1),
         "barriers_per_token": d["barriers"] / max(tokens, 1),
-        "weight_bytes": weight_bytes, "fused_fma": bool(after.get("fused_fma", 0)), "fast": fast}
+        "weight_bytes": weight_bytes, "fused_fma": bool(after.get("fused_fma", 0)), "fast": fast,
+        "fast_attention": d.get("fast_attn_rows", 0) > 0}
     bw = next((v for k, v in DEVICE_BANDWIDTH.items() if k in device), None)
     out["bandwidth"] = bw
     out["bandwidth_fraction"] = (weight_bytes * tokens / wall_s / bw) if bw and wall_s > 0 else None
@@ -293,7 +294,8 @@ def _print_split(model: str, device: str, sp: dict[str, Any]) -> None:
     else:
         line += " (no bandwidth figure for this device: geist.cli.DEVICE_BANDWIDTH)"
     products = "fast (float activations)" if sp.get("fast") else "exact (8-bit activations)"
-    print(line + f"; fma {fma}; products {products}")
+    attention = "fast (subgroup sums, online softmax)" if sp.get("fast_attention") else "exact"
+    print(line + f"; fma {fma}; products {products}; attention {attention}")
     if sp.get("roles"):
         print("  GPU time per token by role (--profile; a timestamp after every dispatch):")
         for k, (ms, calls) in sorted(sp["roles"].items(), key=lambda kv: -kv[1][0]):
@@ -522,8 +524,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="vulkan: the attention one workgroup per query head, not per group of "
                         "heads sharing a KV head (same results; docs/VULKAN.md)")
     b.add_argument("--fast", action="store_true",
-                   help="vulkan: decode's products on float activations (faster on a GPU; logits "
-                        "within a tolerance of cpu_scalar, not bit for bit; docs/VULKAN.md)")
+                   help="vulkan: decode's products on float activations and its attention in "
+                        "the device's own order (faster on a GPU; logits within a tolerance of "
+                        "cpu_scalar, not bit for bit; docs/VULKAN.md)")
     b.add_argument("--profile", action="store_true",
                    help="vulkan: time every dispatch and print the decode's GPU time by role")
     b.add_argument("--vs-llama-cpp", action="store_true",

@@ -105,8 +105,9 @@ class Engine(_Handle):
         (GEIST_DEVICE_INT_DOT, GEIST_DEVICE_NO_INT_DOT); attn_per_head: the attention one
         workgroup per query head, not per group of query heads sharing a KV head (the same bits;
         GEIST_DEVICE_ATTN_PER_HEAD); fast: decode's products on float activations with the
-        device's own arithmetic, not cpu_scalar's 8-bit activations (faster on a GPU; logits
-        within a tolerance, not bit for bit: GEIST_DEVICE_FAST, docs/VULKAN.md)."""
+        device's own arithmetic, not cpu_scalar's 8-bit activations, and decode rows' attention
+        in the device's own order (faster on a GPU; logits within a tolerance, not bit for bit:
+        GEIST_DEVICE_FAST, docs/VULKAN.md)."""
         opts = ffi.new("geist_engine_options *")
         lib.geist_engine_options_default(opts)
         opts.activations = 1 if exact_activations else 0
@@ -274,7 +275,7 @@ class Model(_Handle):
         return {k: int(getattr(st, k)) for k in (
             "passes", "rows", "logit_rows", "dispatches", "barriers", "recorded", "plan_ns",
             "record_ns", "wait_ns", "readback_ns", "gpu_ns", "gpu_timed", "id_rows",
-            "fused_fma")}
+            "fused_fma", "fast_attn_rows")}
 
     def device_profile(self) -> dict[str, tuple[int, int]]:
         """With Engine(device_profile=True): the GPU nanoseconds and dispatch count by role

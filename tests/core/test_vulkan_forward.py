@@ -696,15 +696,18 @@ def test_integer_dot_products_match_cpu_scalar_bit_for_bit(family: str, weight_t
 
 
 def _batched_ids(path: Path, eng: geist.Engine | None, prompts: list[list[int]],
-                 max_tokens: int) -> list[list[int]]:
+                 max_tokens: int, stats: dict[str, int] | None = None) -> list[list[int]]:
     """Greedy ids of one session per prompt, submitted together (the runtime batches their
-    steps); eng None: a cpu_scalar engine of its own."""
+    steps); eng None: a cpu_scalar engine of its own. stats: the model's device_stats() at the
+    end."""
     own = geist.Engine(backend="cpu_scalar") if eng is None else None
     with geist.Model.load(path, engine=own or eng) as m:
         sessions = [m.session(max_seq_len=40) for _ in prompts]
         handles = [s.submit(p, max_tokens=max_tokens, temperature=0.0)
                    for s, p in zip(sessions, prompts, strict=True)]
         ids = [h.result().ids for h in handles]
+        if stats is not None:
+            stats.update(m.device_stats())
         for s in sessions:
             s.close()
     if own:
@@ -1204,18 +1207,28 @@ def vk_fast(_vk_holder: dict[str, geist.Engine]) -> geist.Engine:
     return _vk_holder["fast"]
 
 
-def _row_by_row(path: Path, eng: geist.Engine, feed: list[int],
-                n_free: int) -> tuple[list[int], np.ndarray]:
+@pytest.fixture
+def vk_fast_split(_vk_holder: dict[str, geist.Engine]) -> geist.Engine:
+    if "fast_split" not in _vk_holder:
+        _vk_holder["fast_split"] = geist.Engine(backend="vulkan", attn_chunk=SPLIT, fast=True)
+    return _vk_holder["fast_split"]
+
+
+def _row_by_row(path: Path, eng: geist.Engine, feed: list[int], n_free: int,
+                kv_mode: str = "f16",
+                stats: dict[str, int] | None = None) -> tuple[list[int], np.ndarray]:
     """Every token a pass of one row: feed's, then n_free greedy ones; the greedy ids (feed's
-    last onward) and every step's logits."""
+    last onward) and every step's logits (stats: the model's device_stats() at the end)."""
     with geist.Model.load(path, engine=eng) as m:
-        s = m.session(max_seq_len=64, kv_mode="f16")
+        s = m.session(max_seq_len=64, kv_mode=kv_mode)
         rows = [np.array(s.eval(feed[:1])[-1])]
         ids = []
         for i in range(len(feed) - 1 + n_free):
             ids.append(s.step(feed[i + 1] if i + 1 < len(feed) else None))
             rows.append(s.logits())
         s.close()
+        if stats is not None:
+            stats.update(m.device_stats())
     return ids[len(feed) - 2:], np.stack(rows)
 
 
@@ -1247,30 +1260,96 @@ def test_fast_products_match_float_activations(family: str, weight_type: str,
     assert worst < FAST_RTOL, worst
 
 
-def test_fast_products_leave_passes_of_several_rows_exact(vk_fast: geist.Engine) -> None:
-    # a prompt's pass (24 rows: matmul.comp's tiles) and 4 sessions stepping together (passes of
-    # 4 rows) keep the 8-bit products: the default cpu_scalar's bits and greedy ids, flag or not
+# The fast attention (vulkan_only/attnfast.comp, a fast pass's row on a device with subgroup
+# sums: lavapipe's are 8 lanes, the H100's 32) in chunks: attn_chunk SPLIT makes its chunks
+# 2 SPLIT = 8 positions, so the later rows' attention runs in up to 4 chunks whose last merges
+# them (llama: an F32 cache; gemma3: heads of 256, QK norms and NEOX rotary inside, rings of 8
+# on its sliding layers; mistral: a sliding window). The same oracle and tolerance as the
+# products' test above (the unsplit case is theirs: vk_fast never splits).
+@pytest.mark.parametrize(("family", "weight_type", "kw", "kv_mode"),
+                         [("llama", "Q4_1", {}, "f32"),
+                          ("gemma3", "Q4_K", {"head_dim": 256}, "f16"),
+                          ("mistral", "Q4_1", {}, "f16")])
+def test_fast_attention_in_chunks_matches_float_activations(family: str, weight_type: str,
+                                                            kw: dict[str, int], kv_mode: str,
+                                                            vk_fast_split: geist.Engine) -> None:
+    path = testing.family_fixture_path(family, weight_type, **kw)
+    ref_eng = geist.Engine(backend="cpu_scalar", exact_activations=True)
+    try:
+        ref_ids, ref = _row_by_row(path, ref_eng, PROMPT, 24, kv_mode)
+    finally:
+        ref_eng.close()
+    stats: dict[str, int] = {}
+    ids, got = _row_by_row(path, vk_fast_split, PROMPT, 24, kv_mode, stats)
+    worst = max(_rel(a, b) for a, b in zip(ref, got, strict=True))
+    print(f"fast attention in chunks, {family}/{weight_type}: worst relative logit error "
+          f"{worst:.3g}")
+    assert stats["fast_attn_rows"] == len(PROMPT) + 24  # every row, each a pass
+    assert ids == ref_ids
+    assert worst < FAST_RTOL, worst
+
+
+def test_fast_attention_reads_a_shared_prefix_as_its_own_rows(
+        vk_fast_split: geist.Engine) -> None:
+    # a session on a shared prefix (gemma3: 12 positions, rings of 8 on its sliding layers) and
+    # one that evaluated the same tokens itself (the same pass of 12 rows, so the same K and V):
+    # the fast attention's rows read the prefix's cache where the other reads its own, in the
+    # same chunks and order, so every step's logits are equal, bit for bit
+    path = testing.family_fixture_path("gemma3", "Q8_0")
+    rng = np.random.default_rng(11)
+    pre = [int(v) for v in rng.integers(1, 300, 12)]
+    own = [int(v) for v in rng.integers(1, 300, 10)]
+    with geist.Model.load(path, engine=vk_fast_split) as m:
+        p = m.prefix(pre, kv_mode="f16")
+        a = m.session(max_seq_len=40, kv_mode="f16", prefix=p)
+        b = m.session(max_seq_len=40, kv_mode="f16")
+        b.eval(pre)
+        before = m.device_stats()["fast_attn_rows"]
+        for tok in own:
+            a.step(tok)
+            b.step(tok)
+            assert np.array_equal(a.logits(), b.logits())
+        assert m.device_stats()["fast_attn_rows"] - before == 2 * len(own)
+        for x in (a, b):
+            x.close()
+        p.close()
+
+
+def test_fast_mode_in_passes_of_several_rows(vk_fast: geist.Engine,
+                                             vk_fast_split: geist.Engine) -> None:
+    # a prompt's pass (24 rows: matmul.comp's tiles) keeps the 8-bit products and the exact
+    # attention: the default cpu_scalar's bits, flag or not. 4 sessions stepping together
+    # (passes of 4 rows, a row a session) keep the 8-bit products and attend in the fast
+    # attention, each session its own dispatch (with chunks of 8 positions in vk_fast_split:
+    # their counts and partials per session): the default cpu_scalar's greedy ids. (Their
+    # logits are not compared here: a request's last row comes back by a lone re-run of the
+    # row, a pass of one row, whose products are the fast ones.)
     path = testing.fixture_path("llama", "Q4_1")
     prompt = [int(v) for v in np.random.default_rng(5).integers(1, 300, 24)]
     prompts = [[int(v) for v in np.random.default_rng(90 + i).integers(1, 300, 2 + 2 * i)]
                for i in range(4)]
-    rows, ids = {}, {}
+    rows = {}
     for name, eng in (("cpu", None), ("vk", vk_fast)):
         e = geist.Engine(backend="cpu_scalar") if eng is None else eng
         with geist.Model.load(path, engine=e) as m:
             s = m.session(max_seq_len=64, kv_mode="f16")
             rows[name] = np.stack(list(s.eval(prompt)))
             s.close()
-        ids[name] = _batched_ids(path, e, prompts, 3)
         if eng is None:
             e.close()
     assert np.array_equal(rows["cpu"], rows["vk"])
-    assert ids["vk"] == ids["cpu"]
+    want = _batched_ids(path, None, prompts, 12)
+    for eng in (vk_fast, vk_fast_split):
+        stats: dict[str, int] = {}
+        assert _batched_ids(path, eng, prompts, 12, stats=stats) == want
+        # most decode steps: passes that also hold a prompt's rows attend exactly
+        assert stats["fast_attn_rows"] >= 4 * 6
 
 
 def test_bench_says_which_products_ran(capsys: pytest.CaptureFixture[str]) -> None:
-    # `geist bench --backend vulkan [--fast]`: the split line names the products (the JSON's
-    # device_split too), so a figure is never read as the other mode's
+    # `geist bench --backend vulkan [--fast]`: the split line names the products and the
+    # attention that ran (the JSON's device_split too), so a figure is never read as the other
+    # mode's
     from geist import cli
 
     path = testing.fixture_path("llama", "Q4_1")
@@ -1280,6 +1359,10 @@ def test_bench_says_which_products_ran(capsys: pytest.CaptureFixture[str]) -> No
         out = capsys.readouterr().out
         assert ("products fast (float activations)" if fast
                 else "products exact (8-bit activations)") in out, out
+        # lavapipe's subgroups (8 lanes or more) take the fast attention
+        assert ("attention fast (subgroup sums, online softmax)" if fast
+                else "attention exact") in out, out
         assert cli.main(args + ["--json"] + (["--fast"] if fast else [])) == 0
         row = json.loads(capsys.readouterr().out)[0]
         assert row["device_split"]["fast"] is fast
+        assert row["device_split"]["fast_attention"] is fast

@@ -48,6 +48,12 @@ func run() -> void:
 		"busy_queue", "all_replied", "free_with_queue", "errors", "resource_loader", "sampler",
 		"context_policy", "warnings"]
 	var t_all := Time.get_ticks_msec()
+	# device_fast says whether it is in effect: asked for on a CPU backend, it is not
+	check(GeistEngine.configure({"device_fast": true}) == OK, "configure device_fast")
+	var st: Dictionary = GeistEngine.stats()
+	check(int(st.device_fast) == (1 if str(st.device) != "" else 0),
+		"device_fast in effect only on a device (%s)" % st.backend)
+	check(GeistEngine.configure({"device_fast": false}) == OK, "configure device_fast back")
 	var model := GeistModel.new()
 	var bytes := FileAccess.get_file_as_bytes(model_path)
 	check(model.load_from_buffer(bytes) == OK, "load_from_buffer OK: " + model.get_error())

@@ -108,7 +108,7 @@ typedef struct gt_dev_options {
     int32_t int_dot;       /* integer dot products: 1 GEIST_DEVICE_INT_DOT, -1 GEIST_DEVICE_NO_INT_DOT,
                               0 the device's choice */
     bool attn_per_head;    /* GEIST_DEVICE_ATTN_PER_HEAD: no grouped attention (vk_forward.c) */
-    bool fast;             /* GEIST_DEVICE_FAST: decode's products on float activations */
+    bool fast; /* GEIST_DEVICE_FAST: decode's products on float activations, its attention fast */
 } gt_dev_options;
 
 /* A device's forward-pass counters since the model's load (geist_model_device_stats): passes
@@ -124,6 +124,7 @@ typedef struct gt_dev_stats {
     uint64_t role_ns[GEIST_DEVICE_ROLES], role_calls[GEIST_DEVICE_ROLES]; /* profiling */
     uint64_t id_rows; /* rows whose greedy id came back (gt_dev_row.argmax) without logits */
     uint64_t fused_fma; /* 1: the kernels take the device's once-rounded fma (vulkan's probe) */
+    uint64_t fast_attn_rows; /* rows that attended in GEIST_DEVICE_FAST's attention */
 } gt_dev_stats;
 
 typedef struct gt_device_ops {

@@ -134,6 +134,17 @@ STUBS: dict[str, list[tuple[str, str, str]]] = {
                         "actq_round(t0 * p.n_in, 0u, nw, lid, kq); "
                         "for (uint w0 = 64u + lid; w0 < nw; w0 += 64u) { SQ[w0] = 0x01010101u; "
                         "SD[w0 >> 3] = 0.01; }")],
+    # session 24's fast attention (vulkan_only/attnfast.comp, not measured on a GPU in that
+    # session): returning at once (its floor), and 2 or 8 positions a subgroup's round, not 4
+    "attnfast_empty": [(SH + "vulkan_only/attnfast.comp",
+                        "    uint c = gl_WorkGroupID.x % p.n_split,",
+                        "    if (gl_NumWorkGroups.x > 0u) return;\n"
+                        "    uint c = gl_WorkGroupID.x % p.n_split,")],
+    "attnfast_u2": [(SH + "vulkan_only/attnfast.comp", "#define U 4u", "#define U 2u")],
+    "attnfast_u8": [(SH + "vulkan_only/attnfast.comp", "#define U 4u", "#define U 8u")],
+    # fast passes with rmsnorm.comp's exact norms, not normfast.comp (what the latter saves)
+    "normfast_off": [(VK, "const bool fast = r->fast && r->fw->pipe[P_NORM_FAST] != "
+                          "VK_NULL_HANDLE;", "const bool fast = false;")],
 }
 
 

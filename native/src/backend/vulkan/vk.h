@@ -119,7 +119,10 @@ typedef struct gt_vk_ctx {
     bool profile;          /* a timestamp after every dispatch (GEIST_DEVICE_PROFILE) */
     bool int_dot;          /* the *_idot kernels (integer dot products: vk_device.c's choice) */
     bool attn_per_head;    /* GEIST_DEVICE_ATTN_PER_HEAD: the attention's *_grp kernels unused */
-    bool fast;             /* GEIST_DEVICE_FAST: decode-size products take mvfast.comp */
+    bool fast;             /* GEIST_DEVICE_FAST: decode-size products take mvfast.comp, decode
+                              rows' attention attnfast.comp */
+    uint32_t subgroup_size; /* compute kernels' subgroup size where they have subgroup sums
+                               (basic and arithmetic operations); 0: none */
     pthread_mutex_t queue_lock; /* the queue and command pool: one submitter at a time */
 } gt_vk_ctx;
 

@@ -235,10 +235,21 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
     VkPhysicalDeviceExternalMemoryHostPropertiesEXT hostp = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT,
         .pNext = idot_have ? &idot_props : NULL};
+    /* subgroups (GEIST_DEVICE_FAST's attnfast.comp and normfast.comp: sums across a subgroup).
+     * Their size in a kernel is subgroupSize: the shaders are SPIR-V 1.5 (glslc's vulkan1.2) and
+     * no pipeline allows a varying size, the only cases where Vulkan lets it differ. */
+    VkPhysicalDeviceSubgroupProperties sgp = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+        .pNext = import ? (void *)&hostp : idot_have ? (void *)&idot_props : NULL};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-                                      .pNext = import ? (void *)&hostp
-                                               : idot_have ? (void *)&idot_props : NULL};
+                                      .pNext = &sgp};
     c->f.GetPhysicalDeviceProperties2(c->phys, &p2);
+    const VkSubgroupFeatureFlags sg_ops = VK_SUBGROUP_FEATURE_BASIC_BIT |
+                                          VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+    c->subgroup_size = (sgp.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                               (sgp.supportedOperations & sg_ops) == sg_ops
+                           ? sgp.subgroupSize
+                           : 0;
     if (o->int_dot > 0 && !idot_have) {
         gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: GEIST_DEVICE_INT_DOT asked for integer dot "
                 "products, which %s does not offer (VK_KHR_shader_integer_dot_product)",

@@ -80,15 +80,20 @@ static uint32_t argmax_parts(uint32_t n_vocab, uint32_t *chunk) {
  * workgroup per fw->attn_group query heads of a KV head (rec_attn);
  * P_ARGMAX: argmax.comp, the greedy id of rows that want only that (rec_argmax);
  * P_MVFAST: vulkan_only/mvfast.comp, GEIST_DEVICE_FAST's products of passes of one row
- * (rec_mvfast), made only with that flag */
+ * (rec_mvfast), made only with that flag;
+ * P_ATTN_FAST: vulkan_only/attnfast.comp, that flag's attention of decode rows (rec_attn),
+ * made where fast_attn_maxp says the device and the model take it;
+ * P_NORM_FAST: vulkan_only/normfast.comp, that flag's standalone norms of passes of one row
+ * (rec_norm), made where the device has attnfast.comp's subgroups */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
        P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_ARGMAX,
-       P_MVFAST, P_COUNT };
+       P_MVFAST, P_ATTN_FAST, P_NORM_FAST, P_COUNT };
 static const char *const k_pipe_names[P_COUNT] = {
     "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
     "attn_part", "matmul", "matvec", "matmul", "attn_fresh", "attn_part_fresh", "quant_fused",
-    "attn_grp", "attn_part_grp", "attn_fresh_grp", "attn_part_fresh_grp", "argmax", "mvfast"};
+    "attn_grp", "attn_part_grp", "attn_fresh_grp", "attn_part_fresh_grp", "argmax", "mvfast",
+    "attnfast", "normfast"};
 /* The grouped attention's shared scores (attn_body.glsl's SH_TOTAL under ATTN_GROUP): a
  * dispatch takes the grouped kernels when its rows' positions (a split one's chunk) fit
  * GROUP_SH / attn_group a head, else one workgroup a head (SPLIT_SH) */
@@ -564,6 +569,17 @@ static void ds_index(gt_vk_fwd *fw, uint32_t i) {
     fw->ds_hash[k] = i + 1;
 }
 
+/* attnfast.comp's MAXP (the value pairs of a head a lane holds: the head's pairs over the
+ * subgroup size) where GEIST_DEVICE_FAST's attention can run: subgroups of 8 lanes or
+ * more with their sums (its shared memory holds 16 subgroups' heads), heads of at most 256
+ * values in pairs (fresh_pass's heads); else 0 */
+static uint32_t fast_attn_maxp(const gt_vk_ctx *c, const gt_config *cf) {
+    const uint32_t hd = (uint32_t)(cf->head_dim_k > cf->head_dim_v ? cf->head_dim_k : cf->head_dim_v);
+    if (!c->fast || c->subgroup_size < 8 || hd > 256 || cf->head_dim_k % 2 || cf->head_dim_v % 2)
+        return 0;
+    return (hd / 2 + c->subgroup_size - 1) / c->subgroup_size;
+}
+
 /* The query heads a grouped attention workgroup takes (attn_body.glsl's GSZ): the most of 4, 3
  * or 2 that divides the query heads each KV head serves, where the heads fit its tiles (at most
  * 256 values: qs holds 4 of them); 1 (one workgroup per query head) otherwise or with
@@ -668,7 +684,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         /* a GPU groups only a prompt's rows (rec_attn): never split (at most SPLIT_ROWS rows)
          * nor fresh (one row a session), so of the grouped kernels only P_ATTN_G is made there */
         const bool grouped = p >= P_ATTN_G && p <= P_ATTN_PART_FRESH_G;
+        const uint32_t maxp = fast_attn_maxp(c, &vm->model->cfg);
         if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) || (p == P_MVFAST && !c->fast) ||
+            (p == P_ATTN_FAST && maxp == 0) ||
+            (p == P_NORM_FAST && (!c->fast || c->subgroup_size < 8)) ||
             (grouped && (fw->attn_group < 2 || (fw->wide && p != P_ATTN_G))))
             continue; /* left VK_NULL_HANDLE: never dispatched */
         /* the kernel, or its integer-dot-product build where the device takes those */
@@ -691,6 +710,8 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
             sv.c0 = 2u, sv.c1 = 1u, n_sme = 3;
         } else if (grouped) {
             sv.c0 = fw->attn_group, n_sme = 2;
+        } else if (p == P_ATTN_FAST) {
+            sv.c0 = maxp, n_sme = 2;
         }
         const VkSpecializationInfo spec = {n_sme, sme, sizeof sv, &sv};
         const VkResult r = gt_vk_pipeline_make(c, s, fw->pl, &spec, &fw->pipe[p]);
@@ -783,6 +804,22 @@ static split split_of(const gt_vk_ctx *c, uint32_t n_rows, uint32_t n_ctx, uint3
     const uint64_t ch = base * ((n_ctx + base * MAX_SPLIT - 1) / (base * MAX_SPLIT));
     const uint64_t n = (n_ctx + ch - 1) / ch;
     if (ch > SPLIT_SH || n > cap) return one;
+    return (split){(uint32_t)ch, (uint32_t)n};
+}
+
+/* attnfast.comp's chunks of a row over n_ctx positions: FAST_CHUNK times the engine's
+ * attn_chunk positions each (a workgroup's subgroups take them U at a time, its online softmax
+ * holding no scores), grown as split_of's to keep at most MAX_SPLIT; ch 0: one chunk of them
+ * all (an engine that never splits, or partials that hold fewer chunks) */
+#define FAST_CHUNK 2u
+static split fast_split_of(const gt_vk_ctx *c, uint32_t n_ctx, uint32_t cap) {
+    const split one = {0, 1};
+    if (c->attn_chunk <= 0) return one;
+    const uint64_t base = FAST_CHUNK * (uint64_t)c->attn_chunk;
+    if (n_ctx <= base) return one;
+    const uint64_t ch = base * ((n_ctx + base * MAX_SPLIT - 1) / (base * MAX_SPLIT));
+    const uint64_t n = (n_ctx + ch - 1) / ch;
+    if (n > cap) return one;
     return (split){(uint32_t)ch, (uint32_t)n};
 }
 
@@ -1002,6 +1039,7 @@ typedef struct rec {
     bool mm;       /* fw->mm: longer steps' quantized products take matmul.comp */
     bool wide;     /* fw->wide: decode's blocks-of-32 products take P_MATVEC2 */
     bool fast;     /* the pass's quantized products take P_MVFAST (rec_mvfast) */
+    bool fast_attn; /* its rows attend in P_ATTN_FAST (run_pass's fast_attn, rec_attn) */
     uint32_t role; /* geist_device_role of the dispatches planned now */
 } rec;
 
@@ -1021,7 +1059,8 @@ static const uint32_t k_writes[P_COUNT] = {
     [P_ATTN_PART_G] = WB(3) | WB(4) | WB(5),
     [P_ATTN_FRESH_G] = WB(3) | WB(5) | WB(10) | WB(11) | WB(12),
     [P_ATTN_PART_FRESH_G] = WB(3) | WB(4) | WB(5) | WB(10) | WB(11) | WB(12),
-    [P_ARGMAX] = WB(3) | WB(4), [P_MVFAST] = WB(3)};
+    [P_ARGMAX] = WB(3) | WB(4), [P_MVFAST] = WB(3),
+    [P_ATTN_FAST] = WB(3) | WB(4) | WB(5) | WB(10), [P_NORM_FAST] = WB(3)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
     for (uint32_t i = 0; i < n; i++)
@@ -1158,7 +1197,8 @@ static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
     for (uint32_t i = 0; i < n && !split; i++)
         split = fw->plan[i].kind == CMD_DISPATCH &&
                 (fw->plan[i].pipe == P_ATTN_PART || fw->plan[i].pipe == P_ATTN_PART_FRESH ||
-                 fw->plan[i].pipe == P_ATTN_PART_G || fw->plan[i].pipe == P_ATTN_PART_FRESH_G);
+                 fw->plan[i].pipe == P_ATTN_PART_G || fw->plan[i].pipe == P_ATTN_PART_FRESH_G ||
+                 fw->plan[i].pipe == P_ATTN_FAST);
     if (split) {
         c->f.CmdFillBuffer(cb, fw->cnt.buf, 0, VK_WHOLE_SIZE, 0);
         barrier(c, cb, VK_ACCESS_TRANSFER_WRITE_BIT,
@@ -1398,7 +1438,9 @@ static void rec_norm(rec *r, VkBuffer x, VkBuffer y, uint32_t n_rows, uint32_t d
     struct { uint32_t n, w_off, gather, gather_at; float eps; uint32_t acc; } pc = {
         d, w_off, gather_at != 0, gather_at, eps, acc};
     const VkBuffer b[N_BIND] = {0, r->fw->in.buf, x, y, 0, 0, 0, r->fw->norms.buf};
-    dispatch(r, P_RMSNORM, b, &pc, sizeof pc, n_rows);
+    /* a fast pass's (one row: GEIST_DEVICE_FAST) in normfast.comp where the device has it */
+    const bool fast = r->fast && r->fw->pipe[P_NORM_FAST] != VK_NULL_HANDLE;
+    dispatch(r, fast ? P_NORM_FAST : P_RMSNORM, b, &pc, sizeof pc, n_rows);
 }
 
 /* x += W y, or with a post-norm (Gemma 3) x += norm(W y) * post (session/forward.c's
@@ -1545,6 +1587,18 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
                         (!r->wide || G->n > (int32_t)SPLIT_ROWS) &&
                         r->fw->pipe[pg] != VK_NULL_HANDLE;
     const uint32_t heads = (uint32_t)G->n * (uint32_t)cf->n_head / (grp_on ? gsz : 1u);
+    /* GEIST_DEVICE_FAST's attention of a fresh pass (run_pass's fast_attn) */
+    if (fr.on && r->fast_attn) {
+        const split fs = fast_split_of(r->c, n_ctx, r->fw->cap_split);
+        pc.n_split = fs.n;
+        pc.ch = fs.ch;
+        const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
+                                    r->fw->att.buf, fs.n > 1 ? r->fw->cnt.buf : 0,
+                                    fs.n > 1 ? r->fw->ap.buf : 0, kv->b.buf,
+                                    r->fw->norms.buf, r->fw->k.buf, r->fw->v.buf, kv->b.buf, 0, 0};
+        dispatch(r, P_ATTN_FAST, b, &pc, sizeof pc, (uint32_t)cf->n_head * fs.n);
+        return;
+    }
     if (fr.on) {
         if (sp.n == 1) pc.ch = 0; /* unused by attn.comp (n_ctx varies by step: the plan would) */
         const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
@@ -1622,6 +1676,12 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     for (int32_t g = 0; g < n_groups && fresh_pass; g++)
         fresh_pass = groups[g].n == 1 && (groups[g].kv->mode == GEIST_KV_F32 ||
                                           groups[g].kv->mode == GEIST_KV_F16);
+    /* GEIST_DEVICE_FAST's attention (attnfast.comp) for every row of such a pass, one session's
+     * or several sessions' decoding together, where a prefix's cache is F32 or F16 too */
+    bool fast_attn = fresh_pass && fw->pipe[P_ATTN_FAST] != VK_NULL_HANDLE;
+    for (int32_t g = 0; g < n_groups && fast_attn; g++)
+        fast_attn = !groups[g].prefix || groups[g].prefix->mode == GEIST_KV_F32 ||
+                    groups[g].prefix->mode == GEIST_KV_F16;
 
     /* the pass's inputs: per row token, pos; the rows wanting logits; the rotary cos/sin of
      * every row, computed as session/forward.c's rope_angles, for the global layers, then the
@@ -1650,7 +1710,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     }
 
     rec r = {.c = c, .fw = fw, .aq_src = VK_NULL_HANDLE, .aq_fmt = -1, .mm = fw->mm, .wide = fw->wide,
-             .fast = fw->pipe[P_MVFAST] != VK_NULL_HANDLE && n == 1,
+             .fast = fw->pipe[P_MVFAST] != VK_NULL_HANDLE && n == 1, .fast_attn = fast_attn,
              .role = GEIST_ROLE_EMBED};
     const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
     const uint32_t hk = (uint32_t)cf->head_dim_k, nrot = (uint32_t)cf->n_rot;
@@ -1699,8 +1759,9 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
                           (R->q_norm != NO_NORM ? 1u : 0u) |
                               (!fuse_rope ? 2u | (cf->rope_style == GT_ROPE_NEOX ? 4u : 0u) : 0u),
                           R->q_norm, R->k_norm, R->rope_table ? rope_at_local : rope_at,
-                          fresh_pass && !r.fast ? qout_of(w[W_O].type, (uint32_t)cf->head_dim_v)
-                                                : 0u};
+                          fresh_pass && !r.fast && !r.fast_attn
+                              ? qout_of(w[W_O].type, (uint32_t)cf->head_dim_v)
+                              : 0u};
         if (R->q_norm != NO_NORM && !fr.on) { /* per head, in place, before the rotary */
             rec_norm(&r, fw->q.buf, fw->q.buf, N * (uint32_t)cf->n_head, hk, R->q_norm, 0, cf->eps,
                      false);
@@ -1893,6 +1954,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     stt->rows += (uint64_t)n;
     stt->logit_rows += (uint64_t)(n_lg - n_id);
     stt->id_rows += (uint64_t)n_id;
+    if (r.fast_attn) stt->fast_attn_rows += (uint64_t)n;
     stt->plan_ns += t_rec - t_plan;
     stt->record_ns += t_sub - t_rec;
     stt->wait_ns += t_done - t_sub;

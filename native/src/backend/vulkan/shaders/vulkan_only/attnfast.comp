@@ -1,0 +1,259 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+// The fast attention (GEIST_DEVICE_FAST: vk_forward.c's rec_attn in a fast pass): one session's
+// decode row attends in the device's own order with its own arithmetic, not cpu_scalar's bits
+// (attn_body.glsl keeps those; the logits stay within tests/core/test_vulkan_forward.py's
+// FAST_RTOL). Why: at decode the exact attention's workgroup is a chain of dependent steps
+// (tiles loaded into shared memory, barriers, the scores, a tree for the maximum, the
+// exponentials, ordered sums, the V tiles, float-float norms), 40 % of a fast token on the H100
+// (docs/VULKAN.md). Here a subgroup takes U positions at a time with every load of the round
+// issued at once, a score is one subgroup sum, and the softmax is online (a running maximum and
+// sum per subgroup, flash-decoding's), so the chain has no barrier between the prologue and the
+// merge of the workgroup's subgroups.
+//
+// The same bindings and push constants as attn_part.comp built with ATTN_FRESH (attn_body.glsl):
+// one workgroup per (query head, chunk c of ch positions of those the row sees); the row's own
+// QK norm (fresh bit 1), rotary (bit 2, bit 4 NEOX pairs) and K/V store (by chunk 0 of each KV
+// head's first query head) inside; the row's own position's K and V from the products' scratch
+// (no workgroup waits for the store). One chunk writes its heads to O; several write their
+// partials [m, l, o[0..hv)] (o unnormalized) to binding 5, and the last to finish merges them
+// (its count at binding 4, set back to 0). F32 and F16 caches (the prefix's too: vk_forward.c
+// checks), heads of at most 256 values.
+//
+// A lane holds value pairs (2i, 2i + 1) of a head for i = its subgroup lane + sz k (sz the
+// subgroup's size), k < MAXP: MAXP is the head's pairs over the device's subgroup size
+// (a specialization constant, so the pairs stay in registers).
+layout(local_size_x = 128) in;
+layout(constant_id = 0) const uint MAXP = 4u;
+#define U 4u        // positions a subgroup takes a round
+#define NSG_MAX 16u // subgroups a workgroup at most (subgroups of at least 8 lanes)
+layout(std430, binding = 0) readonly buffer PKVb { uint PKV[]; };
+layout(std430, binding = 1) readonly buffer Inb { uint IN[]; };
+layout(std430, binding = 2) readonly buffer Qb { float Q[]; };
+layout(std430, binding = 3) writeonly buffer Ob { float O[]; };
+layout(std430, binding = 4) coherent buffer Cb { uint CNT[]; };
+layout(std430, binding = 5) coherent buffer Sb { float S[]; };
+layout(std430, binding = 6) readonly buffer KVb { uint KV[]; };
+layout(std430, binding = 7) readonly buffer Nb { float NW[]; };
+layout(std430, binding = 8) readonly buffer Kcb { float KC[]; };
+layout(std430, binding = 9) readonly buffer Vcb { float VC[]; };
+layout(std430, binding = 10) writeonly buffer KVWb { uint KVW[]; }; // binding 6's buffer
+layout(push_constant) uniform P {
+    uint row0, n_head, n_head_kv, hk, hv, k_at, v_at, mode, s_stride;
+    float scale;
+    uint window, n_prefix, rows, stage_pos0, stage_row0, sk_at, sv_at, pmode, pk_at, pv_at, prows;
+    uint n_split, ch, sp_stride;
+    uint fresh, q_norm, k_norm;
+    float eps;
+    uint n_rot, rope_at, qout;
+} p;
+#include "f16.glsl"
+
+shared float qs[256];   // the row's query head: normed, rotated
+shared float kcur[256]; // its K head as the cache holds it (normed, rotated, rounded)
+shared float red[2u * NSG_MAX];
+shared float msh[NSG_MAX], lsh[NSG_MAX];
+shared float osh[NSG_MAX * 256u]; // the subgroups' unnormalized outputs
+shared uint last;
+
+uint f_pos, f_vb, g; // the row's position, its V head's first float in the scratch, the KV head
+
+// where position q lives (attn_kv.glsl's segments): the prefix's cache?, its mode, K and V
+// words, its slot
+struct Loc { bool pre; uint mode, k, v, slot; };
+Loc loc(uint q) {
+    if (q < p.n_prefix) return Loc(true, p.pmode, p.pk_at, p.pv_at, q % p.prows);
+    if (q >= p.stage_pos0) return Loc(false, p.mode, p.sk_at, p.sv_at, p.stage_row0 + (q - p.stage_pos0));
+    return Loc(false, p.mode, p.k_at, p.v_at, (q - p.n_prefix) % p.rows);
+}
+uint word(bool pre, uint i) { return pre ? PKV[i] : KV[i]; }
+float round_kv(float x) { return p.mode == 1u ? f16_round(x) : x; }
+// position q's K or V head (v): the prefix's cache?, the row's own?, its mode, its first word
+struct Row { bool pre, own; uint mode, at; };
+Row row_of(Loc l, bool own, bool v) {
+    uint hd = v ? p.hv : p.hk;
+    uint wph = l.mode == 1u ? hd / 2u : hd;
+    return Row(l.pre, own, l.mode, (v ? l.v : l.k) + (l.slot * p.n_head_kv + g) * wph);
+}
+// pair i (values 2i, 2i + 1) of that head; the row's own from the scratch, as the store writes it
+vec2 pair_of(Row r, bool v, uint i) {
+    if (r.own) return v ? vec2(round_kv(VC[f_vb + 2u * i]), round_kv(VC[f_vb + 2u * i + 1u]))
+                        : vec2(kcur[2u * i], kcur[2u * i + 1u]);
+    if (r.mode == 1u) return unpackHalf2x16(word(r.pre, r.at + i));
+    return vec2(uintBitsToFloat(word(r.pre, r.at + 2u * i)), uintBitsToFloat(word(r.pre, r.at + 2u * i + 1u)));
+}
+
+void main() {
+    uint c = gl_WorkGroupID.x % p.n_split, h = gl_WorkGroupID.x / p.n_split;
+    uint t = p.row0, lid = gl_LocalInvocationID.x;
+    f_pos = IN[4u * t + 1u];
+    uint first = p.window > 0u && f_pos + 1u > p.window ? f_pos + 1u - p.window : 0u;
+    uint n_ctx = f_pos - first + 1u;
+    uint ch = p.ch == 0u ? n_ctx : p.ch; // 0: one chunk of every position (no split)
+    if (c * ch >= n_ctx) return;         // the whole workgroup: fewer chunks than dispatched
+    uint rnc = (n_ctx + ch - 1u) / ch;   // the row's chunks
+    uint c0 = first + c * ch, cn = min(ch, n_ctx - c * ch);
+    uint grp = p.n_head / p.n_head_kv;
+    g = h / grp;
+    f_vb = (t * p.n_head_kv + g) * p.hv;
+    uint sl = gl_SubgroupInvocationID, sz = gl_SubgroupSize, sg = gl_SubgroupID, nsg = gl_NumSubgroups;
+
+    // The prologue: the row's q and k heads (values lid, lid + 128), RMS-normed, into qs and
+    // kcur, then rotated a pair a lane; k rounded as the cache holds it.
+    bool normed = (p.fresh & 1u) != 0u, roped = (p.fresh & 2u) != 0u, neox = (p.fresh & 4u) != 0u;
+    uint qb = (t * p.n_head + h) * p.hk, kb = (t * p.n_head_kv + g) * p.hk;
+    uint i0 = lid, i1 = lid + 128u;
+    float q0 = i0 < p.hk ? Q[qb + i0] : 0.0, q1 = i1 < p.hk ? Q[qb + i1] : 0.0;
+    float k0 = i0 < p.hk ? KC[kb + i0] : 0.0, k1 = i1 < p.hk ? KC[kb + i1] : 0.0;
+    if (normed) {
+        float sq = subgroupAdd(q0 * q0 + q1 * q1), sk = subgroupAdd(k0 * k0 + k1 * k1);
+        if (sl == 0u) {
+            red[sg] = sq;
+            red[NSG_MAX + sg] = sk;
+        }
+        barrier();
+        float tq = 0.0, tk = 0.0;
+        for (uint s = 0u; s < nsg; s++) {
+            tq += red[s];
+            tk += red[NSG_MAX + s];
+        }
+        float qsc = inversesqrt(tq / float(p.hk) + p.eps), ksc = inversesqrt(tk / float(p.hk) + p.eps);
+        uint j0 = min(i0, p.hk - 1u), j1 = min(i1, p.hk - 1u);
+        q0 *= qsc * NW[p.q_norm + j0];
+        q1 *= qsc * NW[p.q_norm + j1];
+        k0 *= ksc * NW[p.k_norm + j0];
+        k1 *= ksc * NW[p.k_norm + j1];
+    }
+    uint nr = roped ? p.n_rot : 0u; // values below nr are rounded after their rotation
+    if (i0 < p.hk) {
+        qs[i0] = q0;
+        kcur[i0] = i0 < nr ? k0 : round_kv(k0);
+    }
+    if (i1 < p.hk) {
+        qs[i1] = q1;
+        kcur[i1] = i1 < nr ? k1 : round_kv(k1);
+    }
+    barrier();
+    if (roped) {
+        uint hr = p.n_rot / 2u, j = lid;
+        if (j < hr) {
+            uint a = neox ? j : 2u * j, b = neox ? j + hr : 2u * j + 1u;
+            float cs = uintBitsToFloat(IN[p.rope_at + t * p.n_rot + j]);
+            float sn = uintBitsToFloat(IN[p.rope_at + t * p.n_rot + hr + j]);
+            float x0 = qs[a], x1 = qs[b], y0 = kcur[a], y1 = kcur[b];
+            qs[a] = x0 * cs - x1 * sn;
+            qs[b] = x0 * sn + x1 * cs;
+            kcur[a] = round_kv(y0 * cs - y1 * sn);
+            kcur[b] = round_kv(y0 * sn + y1 * cs);
+        }
+        barrier();
+    }
+    // the row's K and V at its slot, by chunk 0 of the KV head's first query head (kvstore.comp's
+    // words; no workgroup of this dispatch reads them back)
+    if (h % grp == 0u && c == 0u) {
+        Loc l = loc(f_pos);
+        uint kw = p.mode == 1u ? p.hk / 2u : p.hk, vw = p.mode == 1u ? p.hv / 2u : p.hv;
+        uint kat = l.k + (l.slot * p.n_head_kv + g) * kw, vat = l.v + (l.slot * p.n_head_kv + g) * vw;
+        for (uint w = lid; w < kw + vw; w += 128u) {
+            bool v = w >= kw;
+            uint i = v ? w - kw : w;
+            if (p.mode == 1u)
+                KVW[(v ? vat : kat) + i] = pack_f16x2(v ? vec2(VC[f_vb + 2u * i], VC[f_vb + 2u * i + 1u])
+                                                        : vec2(kcur[2u * i], kcur[2u * i + 1u]));
+            else
+                KVW[(v ? vat : kat) + i] = floatBitsToUint(v ? VC[f_vb + i] : kcur[i]);
+        }
+    }
+
+    // Each subgroup: U positions a round (its rounds nsg U apart), a running maximum m, sum l
+    // and unnormalized output pairs o.
+    uint npk = p.hk / 2u, npv = p.hv / 2u;
+    vec2 qr[MAXP], o[MAXP];
+    for (uint k = 0u; k < MAXP; k++) {
+        uint i = sl + sz * k;
+        qr[k] = i < npk ? vec2(qs[2u * i], qs[2u * i + 1u]) * p.scale : vec2(0.0);
+        o[k] = vec2(0.0);
+    }
+    float m = -1.0 / 0.0, l = 0.0;
+    for (uint j0 = sg * U; j0 < cn; j0 += nsg * U) {
+        vec2 kk[U * MAXP], vv[U * MAXP];
+        for (uint u = 0u; u < U; u++) { // every load of the round before any use
+            uint q = c0 + min(j0 + u, cn - 1u);
+            Loc lq = loc(q);
+            Row rk = row_of(lq, q == f_pos, false), rv = row_of(lq, q == f_pos, true);
+            for (uint k = 0u; k < MAXP; k++) {
+                uint i = sl + sz * k;
+                kk[u * MAXP + k] = i < npk ? pair_of(rk, false, i) : vec2(0.0);
+                vv[u * MAXP + k] = i < npv ? pair_of(rv, true, i) : vec2(0.0);
+            }
+        }
+        float s[U];
+        float mn = m;
+        for (uint u = 0u; u < U; u++) {
+            float d = 0.0;
+            for (uint k = 0u; k < MAXP; k++) d += dot(qr[k], kk[u * MAXP + k]);
+            d = subgroupAdd(d);
+            s[u] = j0 + u < cn ? d : -1.0 / 0.0;
+            mn = max(mn, s[u]);
+        }
+        float f = exp(m - mn);
+        l *= f;
+        for (uint k = 0u; k < MAXP; k++) o[k] *= f;
+        for (uint u = 0u; u < U; u++) {
+            float e = exp(s[u] - mn);
+            l += e;
+            for (uint k = 0u; k < MAXP; k++) o[k] += e * vv[u * MAXP + k];
+        }
+        m = mn;
+    }
+
+    // the workgroup's subgroups merged: M its maximum, L its sum, its outputs rescaled to M
+    if (sl == 0u) {
+        msh[sg] = m;
+        lsh[sg] = l;
+    }
+    for (uint k = 0u; k < MAXP; k++) {
+        uint i = sl + sz * k;
+        if (i < npv) {
+            osh[sg * 256u + 2u * i] = o[k].x;
+            osh[sg * 256u + 2u * i + 1u] = o[k].y;
+        }
+    }
+    barrier();
+    float M = -1.0 / 0.0, L = 0.0;
+    for (uint s = 0u; s < nsg; s++) M = max(M, msh[s]);
+    for (uint s = 0u; s < nsg; s++) L += lsh[s] * exp(msh[s] - M);
+    uint rh = t * p.n_head + h;
+    uint slot = (rh * p.sp_stride + c) * (p.hv + 2u);
+    for (uint i = lid; i < p.hv; i += 128u) {
+        float acc = 0.0;
+        for (uint s = 0u; s < nsg; s++) acc += osh[s * 256u + i] * exp(msh[s] - M);
+        if (rnc == 1u) O[rh * p.hv + i] = acc / L;
+        else S[slot + 2u + i] = acc;
+    }
+    if (rnc == 1u) return;
+
+    // Several chunks: this one's partials counted, the last to finish merges them all.
+    if (lid == 0u) {
+        S[slot] = M;
+        S[slot + 1u] = L;
+    }
+    memoryBarrierBuffer();
+    barrier();
+    if (lid == 0u) last = atomicAdd(CNT[rh], 1u) == rnc - 1u ? 1u : 0u;
+    barrier();
+    if (last == 0u) return; // the whole workgroup
+    memoryBarrierBuffer();
+    uint base = rh * p.sp_stride * (p.hv + 2u), st = p.hv + 2u;
+    float MM = -1.0 / 0.0, LL = 0.0;
+    for (uint cc = 0u; cc < rnc; cc++) MM = max(MM, S[base + cc * st]);
+    for (uint cc = 0u; cc < rnc; cc++) LL += S[base + cc * st + 1u] * exp(S[base + cc * st] - MM);
+    for (uint i = lid; i < p.hv; i += 128u) {
+        float acc = 0.0;
+        for (uint cc = 0u; cc < rnc; cc++) acc += S[base + cc * st + 2u + i] * exp(S[base + cc * st] - MM);
+        O[rh * p.hv + i] = acc / LL;
+    }
+    if (lid == 0u) CNT[rh] = 0u; // for the next layer's and step's chunks
+}
