@@ -1214,6 +1214,16 @@ def vk_fast_split(_vk_holder: dict[str, geist.Engine]) -> geist.Engine:
     return _vk_holder["fast_split"]
 
 
+def _fast_attention_on(eng: geist.Engine) -> bool:
+    """Whether this device runs the fast attention (subgroups of one size, 8 lanes or more:
+    lavapipe on x86-64, NVIDIA); elsewhere the flag keeps the exact attention."""
+    with geist.Model.load(testing.fixture_path("llama", "Q4_1"), engine=eng) as m:
+        s = m.session(max_seq_len=8)
+        s.eval([1])
+        s.close()
+        return m.device_stats()["fast_attn_rows"] > 0
+
+
 def _row_by_row(path: Path, eng: geist.Engine, feed: list[int], n_free: int,
                 kv_mode: str = "f16",
                 stats: dict[str, int] | None = None) -> tuple[list[int], np.ndarray]:
@@ -1273,6 +1283,8 @@ def test_fast_products_match_float_activations(family: str, weight_type: str,
 def test_fast_attention_in_chunks_matches_float_activations(family: str, weight_type: str,
                                                             kw: dict[str, int], kv_mode: str,
                                                             vk_fast_split: geist.Engine) -> None:
+    if not _fast_attention_on(vk_fast_split):
+        pytest.skip("this device's subgroups do not take the fast attention")
     path = testing.family_fixture_path(family, weight_type, **kw)
     ref_eng = geist.Engine(backend="cpu_scalar", exact_activations=True)
     try:
@@ -1295,6 +1307,8 @@ def test_fast_attention_reads_a_shared_prefix_as_its_own_rows(
     # one that evaluated the same tokens itself (the same pass of 12 rows, so the same K and V):
     # the fast attention's rows read the prefix's cache where the other reads its own, in the
     # same chunks and order, so every step's logits are equal, bit for bit
+    if not _fast_attention_on(vk_fast_split):
+        pytest.skip("this device's subgroups do not take the fast attention")
     path = testing.family_fixture_path("gemma3", "Q8_0")
     rng = np.random.default_rng(11)
     pre = [int(v) for v in rng.integers(1, 300, 12)]
@@ -1338,15 +1352,18 @@ def test_fast_mode_in_passes_of_several_rows(vk_fast: geist.Engine,
         if eng is None:
             e.close()
     assert np.array_equal(rows["cpu"], rows["vk"])
-    want = _batched_ids(path, None, prompts, 12)
+    want = _batched_ids(path, None, prompts, 6)
     for eng in (vk_fast, vk_fast_split):
         stats: dict[str, int] = {}
-        assert _batched_ids(path, eng, prompts, 12, stats=stats) == want
-        # most decode steps: passes that also hold a prompt's rows attend exactly
-        assert stats["fast_attn_rows"] >= 4 * 6
+        assert _batched_ids(path, eng, prompts, 6, stats=stats) == want
+        # the decode steps of all four (passes that also hold a prompt's rows attend exactly)
+        assert stats["fast_attn_rows"] >= (4 * 3 if _fast_attention_on(eng) else 0)
+        print(f"4 sessions stepping together: {stats['fast_attn_rows']} rows in the fast "
+              "attention")
 
 
-def test_bench_says_which_products_ran(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_says_which_products_ran(capsys: pytest.CaptureFixture[str],
+                                       vk_fast: geist.Engine) -> None:
     # `geist bench --backend vulkan [--fast]`: the split line names the products and the
     # attention that ran (the JSON's device_split too), so a figure is never read as the other
     # mode's
@@ -1360,9 +1377,10 @@ def test_bench_says_which_products_ran(capsys: pytest.CaptureFixture[str]) -> No
         assert ("products fast (float activations)" if fast
                 else "products exact (8-bit activations)") in out, out
         # lavapipe's subgroups (8 lanes or more) take the fast attention
-        assert ("attention fast (subgroup sums, online softmax)" if fast
+        on = fast and _fast_attention_on(vk_fast)
+        assert ("attention fast (subgroup sums, online softmax)" if on
                 else "attention exact") in out, out
         assert cli.main(args + ["--json"] + (["--fast"] if fast else [])) == 0
         row = json.loads(capsys.readouterr().out)[0]
         assert row["device_split"]["fast"] is fast
-        assert row["device_split"]["fast_attention"] is fast
+        assert row["device_split"]["fast_attention"] is on

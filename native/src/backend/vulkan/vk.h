@@ -121,8 +121,10 @@ typedef struct gt_vk_ctx {
     bool attn_per_head;    /* GEIST_DEVICE_ATTN_PER_HEAD: the attention's *_grp kernels unused */
     bool fast;             /* GEIST_DEVICE_FAST: decode-size products take mvfast.comp, decode
                               rows' attention attnfast.comp */
-    uint32_t subgroup_size; /* compute kernels' subgroup size where they have subgroup sums
-                               (basic and arithmetic operations); 0: none */
+    uint32_t subgroup_min; /* the fewest lanes a compute kernel's subgroup may run where they
+                              have subgroup sums (basic and arithmetic operations); 0: none */
+    bool subgroup_fixed;   /* every subgroup runs subgroupSize lanes (the size control's range
+                              is that one size) */
     pthread_mutex_t queue_lock; /* the queue and command pool: one submitter at a time */
 } gt_vk_ctx;
 

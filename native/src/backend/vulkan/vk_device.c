@@ -235,21 +235,31 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
     VkPhysicalDeviceExternalMemoryHostPropertiesEXT hostp = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT,
         .pNext = idot_have ? &idot_props : NULL};
-    /* subgroups (GEIST_DEVICE_FAST's attnfast.comp and normfast.comp: sums across a subgroup).
-     * Their size in a kernel is subgroupSize: the shaders are SPIR-V 1.5 (glslc's vulkan1.2) and
-     * no pipeline allows a varying size, the only cases where Vulkan lets it differ. */
+    /* subgroups (GEIST_DEVICE_FAST's attnfast.comp and normfast.comp: sums across a subgroup):
+     * gl_SubgroupSize is subgroupSize in these SPIR-V 1.5 kernels, but a subgroup may run fewer
+     * lanes (Intel's drivers report 32 and may run 8 or 16): the size control's range, where
+     * the device has it (Vulkan 1.3 or VK_EXT_subgroup_size_control), says how few */
+    VkPhysicalDeviceSubgroupSizeControlProperties sgc = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES,
+        .pNext = import ? (void *)&hostp : idot_have ? (void *)&idot_props : NULL};
+    const bool sgc_have = c->props.apiVersion >= VK_API_VERSION_1_3 ||
+                          has_ext(ext, n_ext, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     VkPhysicalDeviceSubgroupProperties sgp = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
-        .pNext = import ? (void *)&hostp : idot_have ? (void *)&idot_props : NULL};
+        .pNext = sgc_have ? (void *)&sgc : sgc.pNext};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
                                       .pNext = &sgp};
     c->f.GetPhysicalDeviceProperties2(c->phys, &p2);
     const VkSubgroupFeatureFlags sg_ops = VK_SUBGROUP_FEATURE_BASIC_BIT |
                                           VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
-    c->subgroup_size = (sgp.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
-                               (sgp.supportedOperations & sg_ops) == sg_ops
-                           ? sgp.subgroupSize
-                           : 0;
+    const bool sg_sums = (sgp.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                         (sgp.supportedOperations & sg_ops) == sg_ops;
+    c->subgroup_min = !sg_sums ? 0
+                      : sgc_have && sgc.minSubgroupSize > 0 && sgc.minSubgroupSize < sgp.subgroupSize
+                          ? sgc.minSubgroupSize
+                          : sgp.subgroupSize;
+    c->subgroup_fixed = sg_sums && sgc_have && sgc.minSubgroupSize == sgc.maxSubgroupSize &&
+                        sgc.minSubgroupSize == sgp.subgroupSize;
     if (o->int_dot > 0 && !idot_have) {
         gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: GEIST_DEVICE_INT_DOT asked for integer dot "
                 "products, which %s does not offer (VK_KHR_shader_integer_dot_product)",

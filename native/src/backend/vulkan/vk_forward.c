@@ -570,14 +570,15 @@ static void ds_index(gt_vk_fwd *fw, uint32_t i) {
 }
 
 /* attnfast.comp's MAXP (the value pairs of a head a lane holds: the head's pairs over the
- * subgroup size) where GEIST_DEVICE_FAST's attention can run: subgroups of 8 lanes or
- * more with their sums (its shared memory holds 16 subgroups' heads), heads of at most 256
- * values in pairs (fresh_pass's heads); else 0 */
+ * subgroup size) where GEIST_DEVICE_FAST's attention can run: subgroups of one size, 8 lanes or
+ * more, with their sums (its lanes' pairs follow the size; its shared memory holds 16
+ * subgroups' heads), heads of at most 256 values in pairs (fresh_pass's heads); else 0 */
 static uint32_t fast_attn_maxp(const gt_vk_ctx *c, const gt_config *cf) {
     const uint32_t hd = (uint32_t)(cf->head_dim_k > cf->head_dim_v ? cf->head_dim_k : cf->head_dim_v);
-    if (!c->fast || c->subgroup_size < 8 || hd > 256 || cf->head_dim_k % 2 || cf->head_dim_v % 2)
+    if (!c->fast || !c->subgroup_fixed || c->subgroup_min < 8 || hd > 256 || cf->head_dim_k % 2 ||
+        cf->head_dim_v % 2)
         return 0;
-    return (hd / 2 + c->subgroup_size - 1) / c->subgroup_size;
+    return (hd / 2 + c->subgroup_min - 1) / c->subgroup_min;
 }
 
 /* The query heads a grouped attention workgroup takes (attn_body.glsl's GSZ): the most of 4, 3
@@ -687,7 +688,7 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         const uint32_t maxp = fast_attn_maxp(c, &vm->model->cfg);
         if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) || (p == P_MVFAST && !c->fast) ||
             (p == P_ATTN_FAST && maxp == 0) ||
-            (p == P_NORM_FAST && (!c->fast || c->subgroup_size < 8)) ||
+            (p == P_NORM_FAST && (!c->fast || c->subgroup_min < 8)) ||
             (grouped && (fw->attn_group < 2 || (fw->wide && p != P_ATTN_G))))
             continue; /* left VK_NULL_HANDLE: never dispatched */
         /* the kernel, or its integer-dot-product build where the device takes those */

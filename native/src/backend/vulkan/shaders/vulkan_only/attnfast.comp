@@ -24,7 +24,8 @@
 //
 // A lane holds value pairs (2i, 2i + 1) of a head for i = its subgroup lane + sz k (sz the
 // subgroup's size), k < MAXP: MAXP is the head's pairs over the device's subgroup size
-// (a specialization constant, so the pairs stay in registers).
+// (a specialization constant, so the pairs stay in registers): every subgroup must run all its
+// lanes, which vk_forward.c's fast_attn_maxp asks of the device (one subgroup size).
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint MAXP = 4u;
 #define U 4u        // positions a subgroup takes a round
