@@ -681,11 +681,11 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     geist_status cst = gt_vk_clock_init(c, &fw->clk, err);
     if (cst) return cst;
 #endif
+    const uint32_t maxp = fast_attn_maxp(c, &vm->model->cfg);
     for (int p = 0; p < P_COUNT; p++) {
         /* a GPU groups only a prompt's rows (rec_attn): never split (at most SPLIT_ROWS rows)
          * nor fresh (one row a session), so of the grouped kernels only P_ATTN_G is made there */
         const bool grouped = p >= P_ATTN_G && p <= P_ATTN_PART_FRESH_G;
-        const uint32_t maxp = fast_attn_maxp(c, &vm->model->cfg);
         if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) || (p == P_MVFAST && !c->fast) ||
             (p == P_ATTN_FAST && maxp == 0) ||
             (p == P_NORM_FAST && (!c->fast || c->subgroup_min < 8)) ||
@@ -798,14 +798,17 @@ typedef struct split {
     uint32_t ch, n;
 } split;
 
+/* n_ctx positions in chunks of base positions, grown by whole bases to keep at most MAX_SPLIT */
+static split chunks_of(uint64_t base, uint32_t n_ctx) {
+    const uint64_t ch = base * ((n_ctx + base * MAX_SPLIT - 1) / (base * MAX_SPLIT));
+    return (split){(uint32_t)ch, (uint32_t)((n_ctx + ch - 1) / ch)};
+}
+
 static split split_of(const gt_vk_ctx *c, uint32_t n_rows, uint32_t n_ctx, uint32_t cap) {
     const split one = {n_ctx, 1};
     if (c->attn_chunk <= 0 || n_rows > SPLIT_ROWS || n_ctx <= (uint32_t)c->attn_chunk) return one;
-    const uint64_t base = (uint64_t)c->attn_chunk;
-    const uint64_t ch = base * ((n_ctx + base * MAX_SPLIT - 1) / (base * MAX_SPLIT));
-    const uint64_t n = (n_ctx + ch - 1) / ch;
-    if (ch > SPLIT_SH || n > cap) return one;
-    return (split){(uint32_t)ch, (uint32_t)n};
+    const split s = chunks_of((uint64_t)c->attn_chunk, n_ctx);
+    return s.ch > SPLIT_SH || s.n > cap ? one : s;
 }
 
 /* attnfast.comp's chunks of a row over n_ctx positions: FAST_CHUNK times the engine's
@@ -815,13 +818,9 @@ static split split_of(const gt_vk_ctx *c, uint32_t n_rows, uint32_t n_ctx, uint3
 #define FAST_CHUNK 2u
 static split fast_split_of(const gt_vk_ctx *c, uint32_t n_ctx, uint32_t cap) {
     const split one = {0, 1};
-    if (c->attn_chunk <= 0) return one;
-    const uint64_t base = FAST_CHUNK * (uint64_t)c->attn_chunk;
-    if (n_ctx <= base) return one;
-    const uint64_t ch = base * ((n_ctx + base * MAX_SPLIT - 1) / (base * MAX_SPLIT));
-    const uint64_t n = (n_ctx + ch - 1) / ch;
-    if (n > cap) return one;
-    return (split){(uint32_t)ch, (uint32_t)n};
+    if (c->attn_chunk <= 0 || n_ctx <= FAST_CHUNK * (uint32_t)c->attn_chunk) return one;
+    const split s = chunks_of(FAST_CHUNK * (uint64_t)c->attn_chunk, n_ctx);
+    return s.n > cap ? one : s;
 }
 
 /* scratch for `rows` rows attending over up to `ctx` positions */

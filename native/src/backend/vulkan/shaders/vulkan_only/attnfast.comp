@@ -61,15 +61,9 @@ shared uint last;
 
 uint f_pos, f_vb, g; // the row's position, its V head's first float in the scratch, the KV head
 
-// where position q lives (attn_kv.glsl's segments): the prefix's cache?, its mode, K and V
-// words, its slot
-struct Loc { bool pre; uint mode, k, v, slot; };
-Loc loc(uint q) {
-    if (q < p.n_prefix) return Loc(true, p.pmode, p.pk_at, p.pv_at, q % p.prows);
-    if (q >= p.stage_pos0) return Loc(false, p.mode, p.sk_at, p.sv_at, p.stage_row0 + (q - p.stage_pos0));
-    return Loc(false, p.mode, p.k_at, p.v_at, (q - p.n_prefix) % p.rows);
-}
-uint word(bool pre, uint i) { return pre ? PKV[i] : KV[i]; }
+// where position q lives (loc: the prefix's cache, the stage, the own cache or ring) and its
+// words (word), as the exact kernels find them
+#include "attn_kv.glsl"
 float round_kv(float x) { return p.mode == 1u ? f16_round(x) : x; }
 // position q's K or V head (v): the prefix's cache?, the row's own?, its mode, its first word
 struct Row { bool pre, own; uint mode, at; };
