@@ -1060,7 +1060,8 @@ static const uint32_t k_writes[P_COUNT] = {
     [P_ATTN_FRESH_G] = WB(3) | WB(5) | WB(10) | WB(11) | WB(12),
     [P_ATTN_PART_FRESH_G] = WB(3) | WB(4) | WB(5) | WB(10) | WB(11) | WB(12),
     [P_ARGMAX] = WB(3) | WB(4), [P_MVFAST] = WB(3),
-    [P_ATTN_FAST] = WB(3) | WB(4) | WB(5) | WB(10), [P_NORM_FAST] = WB(3)};
+    [P_ATTN_FAST] = WB(3) | WB(4) | WB(5) | WB(10) | WB(11) | WB(12),
+    [P_NORM_FAST] = WB(3)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
     for (uint32_t i = 0; i < n; i++)
@@ -1537,7 +1538,8 @@ static void rec_kvstore(rec *r, const gt_config *cf, const grp *G, int32_t il, b
 /* A pass's attention with its rows' QK norm, rotary and KV store inside (ATTN_FRESH): bits of
  * attn_body.glsl's `fresh` (1 QK norm, 2 rotary, 4 NEOX pairs), the norm vectors, the rotary
  * table's first word in the inputs; on: passes of one row a session (run_pass's fresh_pass).
- * qout: the output also as the O product's 8-bit rows (1 + act_fmt; 0 none: qout_of) */
+ * qout: the output also as the O product's 8-bit rows (1 + act_fmt; 0 none: qout_of), by the
+ * exact kernels and attnfast.comp alike; none in a fast pass of one row (its O reads floats) */
 typedef struct fresh {
     bool on;
     uint32_t bits, q_norm, k_norm, rope_at, qout;
@@ -1595,7 +1597,8 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
         const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
                                     r->fw->att.buf, fs.n > 1 ? r->fw->cnt.buf : 0,
                                     fs.n > 1 ? r->fw->ap.buf : 0, kv->b.buf,
-                                    r->fw->norms.buf, r->fw->k.buf, r->fw->v.buf, kv->b.buf, 0, 0};
+                                    r->fw->norms.buf, r->fw->k.buf, r->fw->v.buf, kv->b.buf,
+                                    fr.qout ? r->fw->aq.buf : 0, fr.qout ? r->fw->ad.buf : 0};
         dispatch(r, P_ATTN_FAST, b, &pc, sizeof pc, (uint32_t)cf->n_head * fs.n);
         return;
     }
@@ -1759,7 +1762,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
                           (R->q_norm != NO_NORM ? 1u : 0u) |
                               (!fuse_rope ? 2u | (cf->rope_style == GT_ROPE_NEOX ? 4u : 0u) : 0u),
                           R->q_norm, R->k_norm, R->rope_table ? rope_at_local : rope_at,
-                          fresh_pass && !r.fast && !r.fast_attn
+                          fresh_pass && !r.fast
                               ? qout_of(w[W_O].type, (uint32_t)cf->head_dim_v)
                               : 0u};
         if (R->q_norm != NO_NORM && !fr.on) { /* per head, in place, before the rotary */

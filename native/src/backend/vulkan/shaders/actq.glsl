@@ -31,10 +31,11 @@ float round_away(float v) {
 }
 // one round: words w0 + lane of the nw words from activation x0 (words w0.. of whole blocks; w0 a
 // multiple of 64), each word's block its index / 8 (fmt 0) or / 64 (fmt 1). Every lane of the
-// workgroup calls it together (barriers); lanes past nw only take part.
-void actq_round(uint x0, uint w0, uint nw, uint lane, bool k256) {
-    uint w = w0 + lane;
-    bool live = w < nw;
+// workgroup calls it together (barriers); lanes past nw only take part, and so do lanes past 64
+// of a wider workgroup (attnfast.comp's 128: they write no shared float, read lane & 63's).
+void actq_round(uint x0, uint w0, uint nw, uint lane_id, bool k256) {
+    uint lane = lane_id & 63u, w = w0 + lane;
+    bool own = lane_id < 64u, live = own && w < nw;
     float x[4];
     for (uint k = 0u; k < 4u; k++) x[k] = 0.0;
     if (live)
@@ -44,7 +45,7 @@ void actq_round(uint x0, uint w0, uint nw, uint lane, bool k256) {
         uint par = (w0 >> 6) & 1u, g0 = lane & ~7u;
         float m = 0.0;
         for (uint k = 0u; k < 4u; k++) m = max(m, abs(x[k]));
-        AQ_A(par, lane) = m;
+        if (own) AQ_A(par, lane) = m;
         barrier(); // the next round writes the other half: no barrier after the reads
         float amax = 0.0;
         for (uint j = 0u; j < 8u; j++) amax = max(amax, AQ_A(par, g0 + j));
@@ -69,10 +70,12 @@ void actq_round(uint x0, uint w0, uint nw, uint lane, bool k256) {
             v = x[k];
         }
     }
-    AQ_A(0u, lane) = a;
-    AQ_V(lane) = v;
+    if (own) {
+        AQ_A(0u, lane) = a;
+        AQ_V(lane) = v;
+    }
     barrier();
-    if ((lane & 7u) == 0u) {
+    if (own && (lane & 7u) == 0u) {
         for (uint j = 1u; j < 8u; j++) {
             float aj = AQ_A(0u, lane + j);
             if (aj > a) {

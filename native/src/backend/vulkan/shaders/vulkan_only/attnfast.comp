@@ -19,8 +19,9 @@
 // head's first query head) inside; the row's own position's K and V from the products' scratch
 // (no workgroup waits for the store). One chunk writes its heads to O; several write their
 // partials [m, l, o[0..hv)] (o unnormalized) to binding 5, and the last to finish merges them
-// (its count at binding 4, set back to 0). F32 and F16 caches (the prefix's too: vk_forward.c
-// checks), heads of at most 256 values.
+// (its count at binding 4, set back to 0); with qout, the writer also makes O's 8-bit rows
+// (bindings 11 and 12), as attn_body.glsl's quant_out does. F32 and F16 caches (the prefix's
+// too: vk_forward.c checks), heads of at most 256 values.
 //
 // A lane holds value pairs (2i, 2i + 1) of a head for i = its subgroup lane + sz k (sz the
 // subgroup's size), k < MAXP: MAXP is the head's pairs over the device's subgroup size
@@ -41,6 +42,8 @@ layout(std430, binding = 7) readonly buffer Nb { float NW[]; };
 layout(std430, binding = 8) readonly buffer Kcb { float KC[]; };
 layout(std430, binding = 9) readonly buffer Vcb { float VC[]; };
 layout(std430, binding = 10) writeonly buffer KVWb { uint KVW[]; }; // binding 6's buffer
+layout(std430, binding = 11) writeonly buffer AQb { uint AQ[]; };    // qout: O's 8-bit rows
+layout(std430, binding = 12) writeonly buffer ADb { float AD[]; };   // and their block scales
 layout(push_constant) uniform P {
     uint row0, n_head, n_head_kv, hk, hv, k_at, v_at, mode, s_stride;
     float scale;
@@ -51,6 +54,7 @@ layout(push_constant) uniform P {
     uint n_rot, rope_at, qout;
 } p;
 #include "f16.glsl"
+#include "exact.glsl"
 
 shared float qs[256];   // the row's query head: normed, rotated
 shared float kcur[256]; // its K head as the cache holds it (normed, rotated, rounded)
@@ -78,6 +82,23 @@ vec2 pair_of(Row r, bool v, uint i) {
                         : vec2(kcur[2u * i], kcur[2u * i + 1u]);
     if (r.mode == 1u) return unpackHalf2x16(word(r.pre, r.at + i));
     return vec2(uintBitsToFloat(word(r.pre, r.at + 2u * i)), uintBitsToFloat(word(r.pre, r.at + 2u * i + 1u)));
+}
+
+// qout (a pass of several sessions' rows, whose O product reads 8-bit rows: vk_forward.c's
+// qout_of): the head's output values, kept in qs (read by no lane once the lanes took their
+// query pairs), quantized as attn_body.glsl's quant_out does, its shared floats over osh (free
+// once the outputs are made)
+uint q_w0, q_b0;
+float act_x(uint i) { return qs[i]; }
+void aq_put(uint w, uint word) { AQ[q_w0 + w] = word; }
+void ad_put(uint b, float d) { AD[q_b0 + b] = d; }
+#define ACTQ_SH(i) osh[i]
+#include "actq.glsl"
+void quant_out(uint rh, uint lid) { // row-head rh's values in qs: every lane (barriers)
+    barrier(); // qs holds the whole head; every lane's reads of osh done
+    q_w0 = rh * (p.hv / 4u);
+    q_b0 = rh * (p.hv / (p.qout == 2u ? 256u : 32u));
+    actq_round(0u, 0u, p.hv / 4u, lid, p.qout == 2u);
 }
 
 void main() {
@@ -225,10 +246,15 @@ void main() {
     for (uint i = lid; i < p.hv; i += 128u) {
         float acc = 0.0;
         for (uint s = 0u; s < nsg; s++) acc += osh[s * 256u + i] * exp(msh[s] - M);
-        if (rnc == 1u) O[rh * p.hv + i] = acc / L;
-        else S[slot + 2u + i] = acc;
+        if (rnc == 1u) {
+            O[rh * p.hv + i] = acc / L;
+            qs[i] = acc / L;
+        } else S[slot + 2u + i] = acc;
     }
-    if (rnc == 1u) return;
+    if (rnc == 1u) {
+        if (p.qout != 0u) quant_out(rh, lid);
+        return;
+    }
 
     // Several chunks: this one's partials counted, the last to finish merges them all.
     if (lid == 0u) {
@@ -249,6 +275,8 @@ void main() {
         float acc = 0.0;
         for (uint cc = 0u; cc < rnc; cc++) acc += S[base + cc * st + 2u + i] * exp(S[base + cc * st] - MM);
         O[rh * p.hv + i] = acc / LL;
+        qs[i] = acc / LL;
     }
     if (lid == 0u) CNT[rh] = 0u; // for the next layer's and step's chunks
+    if (p.qout != 0u) quant_out(rh, lid);
 }
