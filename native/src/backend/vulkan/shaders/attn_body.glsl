@@ -233,22 +233,7 @@ void fresh_prologue(uint t, uint g, uint qb, uint lid) {
     }
     barrier(); // qs and kcur complete
 }
-// kvstore.comp's words of the row's K (kcur: already rounded, the same f16 bits) and V head g
-// at its slot, through the cache's writable binding (10; binding 6 reads it)
-void fresh_store(uint g, uint lid) {
-    Loc l = loc(f_pos);
-    uint kw = p.mode == 1u ? p.hk / 2u : p.hk, vw = p.mode == 1u ? p.hv / 2u : p.hv;
-    uint kat = l.k + l.slot * p.n_head_kv * kw + g * kw, vat = l.v + l.slot * p.n_head_kv * vw + g * vw;
-    for (uint w = lid; w < kw + vw; w += 64u) {
-        bool v = w >= kw;
-        uint i = v ? w - kw : w;
-        if (p.mode == 1u)
-            KVW[(v ? vat : kat) + i] = pack_f16x2(v ? vec2(VC[f_vb + 2u * i], VC[f_vb + 2u * i + 1u])
-                                                    : vec2(kcur[2u * i], kcur[2u * i + 1u]));
-        else
-            KVW[(v ? vat : kat) + i] = floatBitsToUint(v ? VC[f_vb + i] : kcur[i]);
-    }
-}
+#include "attn_store.glsl"
 // the row's own value i (K or V) as the cache holds it
 float cur_val(bool v, uint i) { return v ? round_kv(VC[f_vb + i]) : kcur[i]; }
 // qout: the head's output values, kept in qs (the query's, read by no lane after the scores)
@@ -444,7 +429,7 @@ void main() {
             for (uint i = lid; i < p.hk; i += 64u) qs[QI(k, i)] = Q[qb + k * p.hk + i];
 #ifdef ATTN_FRESH
         fresh_prologue(t, g, qb, lid);
-        if (h0 % (p.n_head / p.n_head_kv) == 0u && c == 0u) fresh_store(g, lid);
+        if (h0 % (p.n_head / p.n_head_kv) == 0u && c == 0u) store_row_kv(g, lid, 64u);
 #endif
         AT_MARK(1u); // the query heads (fresh: normed, rotated; the row's K/V stored)
         uint ntk = min(VT_FLOATS / (p.hk + 1u), 64u);

@@ -68,6 +68,7 @@ uint f_pos, f_vb, g; // the row's position, its V head's first float in the scra
 // where position q lives (loc: the prefix's cache, the stage, the own cache or ring) and its
 // words (word), as the exact kernels find them
 #include "attn_kv.glsl"
+#include "attn_store.glsl"
 float round_kv(float x) { return p.mode == 1u ? f16_round(x) : x; }
 // position q's K or V head (v): the prefix's cache?, the row's own?, its mode, its first word
 struct Row { bool pre, own; uint mode, at; };
@@ -166,22 +167,9 @@ void main() {
         }
         barrier();
     }
-    // the row's K and V at its slot, by chunk 0 of the KV head's first query head (kvstore.comp's
-    // words; no workgroup of this dispatch reads them back)
-    if (h % grp == 0u && c == 0u) {
-        Loc l = loc(f_pos);
-        uint kw = p.mode == 1u ? p.hk / 2u : p.hk, vw = p.mode == 1u ? p.hv / 2u : p.hv;
-        uint kat = l.k + (l.slot * p.n_head_kv + g) * kw, vat = l.v + (l.slot * p.n_head_kv + g) * vw;
-        for (uint w = lid; w < kw + vw; w += 128u) {
-            bool v = w >= kw;
-            uint i = v ? w - kw : w;
-            if (p.mode == 1u)
-                KVW[(v ? vat : kat) + i] = pack_f16x2(v ? vec2(VC[f_vb + 2u * i], VC[f_vb + 2u * i + 1u])
-                                                        : vec2(kcur[2u * i], kcur[2u * i + 1u]));
-            else
-                KVW[(v ? vat : kat) + i] = floatBitsToUint(v ? VC[f_vb + i] : kcur[i]);
-        }
-    }
+    // the row's K and V at its slot, by chunk 0 of the KV head's first query head (no
+    // workgroup of this dispatch reads them back)
+    if (h % grp == 0u && c == 0u) store_row_kv(g, lid, 128u);
 
     // Each subgroup: U positions a round (its rounds nsg U apart), a running maximum m, sum l
     // and unnormalized output pairs o.
