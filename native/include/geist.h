@@ -164,7 +164,8 @@ enum {
      *   unpacked on the fly, with the device's own arithmetic and order, where the default makes
      *   cpu_scalar's 8-bit activations and exact integer block sums in every product.
      * - Passes of one row a session (one NPC's step, or several decoding together) attend with
-     *   subgroup sums and an online softmax, on devices with subgroups of 8 lanes or more.
+     *   subgroup sums and an online softmax, on devices that promise full subgroups of 8
+     *   lanes or more (one size, or a size required through VK_EXT_subgroup_size_control).
      * Prompts and a reply's line (several rows of one session) keep the default. */
     GEIST_DEVICE_FAST = 1u << 5
 };

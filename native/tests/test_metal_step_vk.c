@@ -78,7 +78,7 @@ static int make_pipelines(runner *r) {
                                              .pPushConstantRanges = &pcr};
     if (c->f.CreatePipelineLayout(c->dev, &plci, NULL, &r->pl) != VK_SUCCESS) return 1;
     for (int k = 0; k < GT_MTL_K_COUNT; k++)
-        if (gt_vk_pipeline_make(c, gt_vk_spv_find(gt_mtl_kernels[k].name), r->pl, NULL, &r->pipe[k])) return 1;
+        if (gt_vk_pipeline_make(c, gt_vk_spv_find(gt_mtl_kernels[k].name), r->pl, NULL, 0, &r->pipe[k])) return 1;
     const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                      (uint32_t)r->max_ds * GT_MTL_N_BIND};
     const VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,

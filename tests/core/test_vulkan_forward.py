@@ -1215,8 +1215,9 @@ def vk_fast_split(_vk_holder: dict[str, geist.Engine]) -> geist.Engine:
 
 
 def _fast_attention_on(eng: geist.Engine) -> bool:
-    """Whether this device runs the fast attention (subgroups of one size, 8 lanes or more:
-    lavapipe on x86-64, NVIDIA); elsewhere the flag keeps the exact attention."""
+    """Whether this device runs the fast attention (full subgroups of a size it promises, 8
+    lanes or more: lavapipe on x86-64, NVIDIA, and by the size control AMD and Intel);
+    elsewhere the flag keeps the exact attention."""
     with geist.Model.load(testing.fixture_path("llama", "Q4_1"), engine=eng) as m:
         s = m.session(max_seq_len=8)
         s.eval([1])

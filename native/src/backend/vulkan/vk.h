@@ -123,8 +123,10 @@ typedef struct gt_vk_ctx {
                               rows' attention attnfast.comp */
     uint32_t subgroup_min; /* the fewest lanes a compute kernel's subgroup may run where they
                               have subgroup sums (basic and arithmetic operations); 0: none */
-    bool subgroup_fixed;   /* every subgroup runs subgroupSize lanes (the size control's range
-                              is that one size) */
+    uint32_t attn_lanes;   /* the subgroup size attnfast.comp runs in, every subgroup in full
+                              (8 to 128; 0: the device cannot promise that: vk_device.c) */
+    bool attn_lanes_required; /* its pipeline requires that size in full subgroups (the size
+                                 control), else the device runs only that size */
     pthread_mutex_t queue_lock; /* the queue and command pool: one submitter at a time */
 } gt_vk_ctx;
 
@@ -168,10 +170,11 @@ void gt_vk_model_free(gt_vk_model *vm);
 struct gt_vk_spv;
 /* The built-in kernel `name` (gt_vk_shaders: its file name without .comp), or NULL. */
 const struct gt_vk_spv *gt_vk_spv_find(const char *name);
-/* s's pipeline of layout pl, its specialization constants spec's (NULL: their defaults); *out
- * VK_NULL_HANDLE unless VK_SUCCESS (s NULL: VK_ERROR_INITIALIZATION_FAILED). */
+/* s's pipeline of layout pl, its specialization constants spec's (NULL: their defaults), in
+ * full subgroups of `lanes` (the size control: c->attn_lanes_required; 0: the device's way);
+ * *out VK_NULL_HANDLE unless VK_SUCCESS (s NULL: VK_ERROR_INITIALIZATION_FAILED). */
 VkResult gt_vk_pipeline_make(gt_vk_ctx *c, const struct gt_vk_spv *s, VkPipelineLayout pl,
-                             const VkSpecializationInfo *spec, VkPipeline *out);
+                             const VkSpecializationInfo *spec, uint32_t lanes, VkPipeline *out);
 
 /* One built-in kernel run on its own (a device probe at setup, the native kernel tests): its n
  * storage buffers at bindings slot[i], pc_bytes of push constants, its own command pool. */

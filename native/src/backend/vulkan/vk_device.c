@@ -258,8 +258,31 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
                       : sgc_have && sgc.minSubgroupSize > 0 && sgc.minSubgroupSize < sgp.subgroupSize
                           ? sgc.minSubgroupSize
                           : sgp.subgroupSize;
-    c->subgroup_fixed = sg_sums && sgc_have && sgc.minSubgroupSize == sgc.maxSubgroupSize &&
-                        sgc.minSubgroupSize == sgp.subgroupSize;
+    /* attnfast.comp's lanes (a lane's value pairs follow the subgroup size, so every subgroup
+     * must run all its lanes): where the device lets a pipeline require a size in full
+     * subgroups (VK_EXT_subgroup_size_control's features, for compute), 32 lanes inside its
+     * range (AMD's 32-64 and Intel's 8-32 included); else the one size of a device whose range
+     * is one size; 8 lanes at least, 128 at most (the kernel's workgroup), else none */
+    const bool sgc_ext = has_ext(ext, n_ext, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    VkPhysicalDeviceSubgroupSizeControlFeatures sgc_feat = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
+    if (sgc_ext) {
+        VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                        .pNext = &sgc_feat};
+        c->f.GetPhysicalDeviceFeatures2(c->phys, &f2);
+    }
+    uint32_t want = sgc.minSubgroupSize > 32 ? sgc.minSubgroupSize : 32;
+    if (want > sgc.maxSubgroupSize) want = sgc.maxSubgroupSize;
+    const bool sg_require = sg_sums && sgc_ext && sgc_feat.subgroupSizeControl &&
+                            sgc_feat.computeFullSubgroups &&
+                            (sgc.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                            want >= 8 && want <= 128 &&
+                            (uint64_t)sgc.maxComputeWorkgroupSubgroups * want >= 128;
+    const bool sg_fixed = sg_sums && sgc_have && sgc.minSubgroupSize == sgc.maxSubgroupSize &&
+                          sgc.minSubgroupSize == sgp.subgroupSize && sgp.subgroupSize >= 8 &&
+                          sgp.subgroupSize <= 128;
+    c->attn_lanes = sg_require ? want : sg_fixed ? sgp.subgroupSize : 0;
+    c->attn_lanes_required = sg_require;
     if (o->int_dot > 0 && !idot_have) {
         gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: GEIST_DEVICE_INT_DOT asked for integer dot "
                 "products, which %s does not offer (VK_KHR_shader_integer_dot_product)",
@@ -275,7 +298,7 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
     const VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                          .queueFamilyIndex = c->queue_family, .queueCount = 1,
                                          .pQueuePriorities = &prio};
-    const char *exts[3];
+    const char *exts[4];
     uint32_t n_on = 0;
     if (import) exts[n_on++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
     if (c->int_dot) exts[n_on++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
@@ -283,6 +306,14 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR,
         .shaderIntegerDotProduct = VK_TRUE};
     void *chain = c->int_dot ? &idot_on : NULL;
+    /* the extension (not Vulkan 1.3's core: the instance asks for 1.2) for attn_lanes */
+    VkPhysicalDeviceSubgroupSizeControlFeatures sgc_on = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES, .pNext = chain,
+        .subgroupSizeControl = VK_TRUE, .computeFullSubgroups = VK_TRUE};
+    if (c->attn_lanes_required) {
+        exts[n_on++] = VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME;
+        chain = &sgc_on;
+    }
 #ifdef GEIST_VK_CLOCK
     /* the in-kernel clock build (scons gpu_clock=1, vk_clock.c): every marked kernel reads the
      * SM's and the device's clocks */

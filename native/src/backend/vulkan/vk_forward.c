@@ -570,15 +570,14 @@ static void ds_index(gt_vk_fwd *fw, uint32_t i) {
 }
 
 /* attnfast.comp's MAXP (the value pairs of a head a lane holds: the head's pairs over the
- * subgroup size) where GEIST_DEVICE_FAST's attention can run: subgroups of one size, 8 lanes or
- * more, with their sums (its lanes' pairs follow the size; its shared memory holds 16
- * subgroups' heads), heads of at most 256 values in pairs (fresh_pass's heads); else 0 */
+ * subgroup size) where GEIST_DEVICE_FAST's attention can run: full subgroups of a size the
+ * device promises (c->attn_lanes: 8 lanes or more, so its shared memory's 16 subgroups' heads
+ * hold them), heads of at most 256 values in pairs (fresh_pass's heads); else 0 */
 static uint32_t fast_attn_maxp(const gt_vk_ctx *c, const gt_config *cf) {
     const uint32_t hd = (uint32_t)(cf->head_dim_k > cf->head_dim_v ? cf->head_dim_k : cf->head_dim_v);
-    if (!c->fast || !c->subgroup_fixed || c->subgroup_min < 8 || hd > 256 || cf->head_dim_k % 2 ||
-        cf->head_dim_v % 2)
+    if (!c->fast || c->attn_lanes < 8 || hd > 256 || cf->head_dim_k % 2 || cf->head_dim_v % 2)
         return 0;
-    return (hd / 2 + c->subgroup_min - 1) / c->subgroup_min;
+    return (hd / 2 + c->attn_lanes - 1) / c->attn_lanes;
 }
 
 /* The query heads a grouped attention workgroup takes (attn_body.glsl's GSZ): the most of 4, 3
@@ -715,7 +714,8 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
             sv.c0 = maxp, n_sme = 2;
         }
         const VkSpecializationInfo spec = {n_sme, sme, sizeof sv, &sv};
-        const VkResult r = gt_vk_pipeline_make(c, s, fw->pl, &spec, &fw->pipe[p]);
+        const uint32_t lanes = p == P_ATTN_FAST && c->attn_lanes_required ? c->attn_lanes : 0;
+        const VkResult r = gt_vk_pipeline_make(c, s, fw->pl, &spec, lanes, &fw->pipe[p]);
         if (r != VK_SUCCESS)
             return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot build pipeline %s (%d)",
                            s->name, (int)r);

@@ -14,7 +14,7 @@ const gt_vk_spv *gt_vk_spv_find(const char *name) {
 }
 
 VkResult gt_vk_pipeline_make(gt_vk_ctx *c, const gt_vk_spv *s, VkPipelineLayout pl,
-                             const VkSpecializationInfo *spec, VkPipeline *out) {
+                             const VkSpecializationInfo *spec, uint32_t lanes, VkPipeline *out) {
     *out = VK_NULL_HANDLE;
     if (!s) return VK_ERROR_INITIALIZATION_FAILED;
     const VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
@@ -22,9 +22,14 @@ VkResult gt_vk_pipeline_make(gt_vk_ctx *c, const gt_vk_spv *s, VkPipelineLayout 
     VkShaderModule mod;
     VkResult vr = c->f.CreateShaderModule(c->dev, &smci, NULL, &mod);
     if (vr != VK_SUCCESS) return vr;
+    const VkPipelineShaderStageRequiredSubgroupSizeCreateInfo req = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
+        .requiredSubgroupSize = lanes};
     const VkComputePipelineCreateInfo cpci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                  .pNext = lanes ? &req : NULL,
+                  .flags = lanes ? VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT : 0,
                   .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main",
                   .pSpecializationInfo = spec},
         .layout = pl};
@@ -80,7 +85,7 @@ geist_status gt_vk_kernel_make(gt_vk_ctx *c, const char *name, int n, const uint
     if (c->f.CreatePipelineLayout(c->dev, &plci, NULL, &pl) != VK_SUCCESS) goto fail;
     k->pl = pl;
     what = "the pipeline";
-    if (gt_vk_pipeline_make(c, s, k->pl, spec, &k->pipe) != VK_SUCCESS) goto fail;
+    if (gt_vk_pipeline_make(c, s, k->pl, spec, 0, &k->pipe) != VK_SUCCESS) goto fail;
     what = "a descriptor pool";
     if (c->f.CreateDescriptorPool(c->dev, &dpci, NULL, &dpool) != VK_SUCCESS) goto fail;
     k->dpool = dpool;

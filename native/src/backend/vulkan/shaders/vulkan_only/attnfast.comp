@@ -24,9 +24,10 @@
 // too: vk_forward.c checks), heads of at most 256 values.
 //
 // A lane holds value pairs (2i, 2i + 1) of a head for i = its subgroup lane + sz k (sz the
-// subgroup's size), k < MAXP: MAXP is the head's pairs over the device's subgroup size
-// (a specialization constant, so the pairs stay in registers): every subgroup must run all its
-// lanes, which vk_forward.c's fast_attn_maxp asks of the device (one subgroup size).
+// subgroup's size), k < MAXP: MAXP is the head's pairs over that size (a specialization
+// constant, so the pairs stay in registers), and every subgroup must run all its lanes: the
+// pipeline requires full subgroups of vk.h's attn_lanes where the device has the size control
+// (32 lanes where its range allows), else the device runs one size only (vk_device.c).
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint MAXP = 4u;
 #define U 4u        // positions a subgroup takes a round
