@@ -66,20 +66,22 @@ STUBS: dict[str, list[tuple[str, str, str]]] = {
     # Blocks of 32 (8 lanes, one cluster): no barrier a round (was 1); blocks of 256: the 8-lane
     # groups' (magnitude, first such value) by clustered max/min and a shuffle, the groups'
     # floats by round parity, one barrier a round (was 2). Assumes a workgroup's lanes in
-    # subgroup order (NVIDIA's, lavapipe's) and subgroups of at least 8 lanes.
+    # subgroup order (NVIDIA's, lavapipe's) and subgroups of at least 8 lanes; lanes past 64
+    # (attnfast.comp's) write no shared float, as in actq.glsl.
     "actq_subgroup": [
         (SH + "actq.glsl", "#define GEIST_ACTQ_GLSL\n",
          "#define GEIST_ACTQ_GLSL\n#extension GL_KHR_shader_subgroup_clustered : require\n"
          "#extension GL_KHR_shader_subgroup_shuffle : require\n"),
         (SH + "actq.glsl",
-         "        AQ_A(par, lane) = m;\n"
+         "        if (own) AQ_A(par, lane) = m;\n"
          "        barrier(); // the next round writes the other half: no barrier after the reads\n"
          "        float amax = 0.0;\n"
          "        for (uint j = 0u; j < 8u; j++) amax = max(amax, AQ_A(par, g0 + j));\n",
          "        float amax = subgroupClusteredMax(m, 8u);\n"),
         (SH + "actq.glsl",
-         "    AQ_A(0u, lane) = a;\n    AQ_V(lane) = v;\n    barrier();\n"
-         "    if ((lane & 7u) == 0u) {\n        for (uint j = 1u; j < 8u; j++) {\n"
+         "    if (own) {\n        AQ_A(0u, lane) = a;\n        AQ_V(lane) = v;\n    }\n"
+         "    barrier();\n"
+         "    if (own && (lane & 7u) == 0u) {\n        for (uint j = 1u; j < 8u; j++) {\n"
          "            float aj = AQ_A(0u, lane + j);\n            if (aj > a) {\n"
          "                a = aj;\n                v = AQ_V(lane + j);\n            }\n"
          "        }\n        AQ_GA(lane >> 3) = a;\n        AQ_GV(lane >> 3) = v;\n    }\n"
@@ -89,7 +91,7 @@ STUBS: dict[str, list[tuple[str, str, str]]] = {
          "    uint fi = subgroupClusteredMin(a == a8 ? gl_SubgroupInvocationID : 0xFFFFFFFFu,"
          " 8u);\n"
          "    float v8 = subgroupShuffle(v, fi);\n"
-         "    if ((lane & 7u) == 0u) {\n        ACTQ_SH(gp + (lane >> 3)) = a8;\n"
+         "    if (own && (lane & 7u) == 0u) {\n        ACTQ_SH(gp + (lane >> 3)) = a8;\n"
          "        ACTQ_SH(gp + 8u + (lane >> 3)) = v8;\n    }\n    barrier();\n"),
         (SH + "actq.glsl",
          "        float aj = AQ_GA(j);\n        if (aj > amax) {\n            amax = aj;\n"
