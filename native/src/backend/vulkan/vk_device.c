@@ -262,7 +262,8 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
      * must run all its lanes): where the device lets a pipeline require a size in full
      * subgroups (VK_EXT_subgroup_size_control's features, for compute), 32 lanes inside its
      * range (AMD's 32-64 and Intel's 8-32 included); else the one size of a device whose range
-     * is one size; 8 lanes at least, 128 at most (the kernel's workgroup), else none */
+     * is one size; 8 lanes at least, 128 at most (the kernel's workgroup), else none. The
+     * extension is switched on only for the fast mode: other engines' devices stay as before */
     const bool sgc_ext = has_ext(ext, n_ext, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     VkPhysicalDeviceSubgroupSizeControlFeatures sgc_feat = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
@@ -273,7 +274,7 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
     }
     uint32_t want = sgc.minSubgroupSize > 32 ? sgc.minSubgroupSize : 32;
     if (want > sgc.maxSubgroupSize) want = sgc.maxSubgroupSize;
-    const bool sg_require = sg_sums && sgc_ext && sgc_feat.subgroupSizeControl &&
+    const bool sg_require = o->fast && sg_sums && sgc_ext && sgc_feat.subgroupSizeControl &&
                             sgc_feat.computeFullSubgroups &&
                             (sgc.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                             want >= 8 && want <= 128 &&
