@@ -150,6 +150,13 @@ void gt_vk_ctx_free(gt_vk_ctx *c) {
     free(c);
 }
 
+/* the features of an extension's struct `feat` (its sType set), as the device reports them */
+static void ext_features(const gt_vk_ctx *c, void *feat) {
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                    .pNext = feat};
+    c->f.GetPhysicalDeviceFeatures2(c->phys, &f2);
+}
+
 geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *err) {
     gt_vk_ctx *c = calloc(1, sizeof *c);
     if (!c) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "out of memory (vulkan context)");
@@ -224,11 +231,7 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
     const bool idot_ext = has_ext(ext, n_ext, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
     VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idot_feat = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
-    if (idot_ext) {
-        VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
-                                        .pNext = &idot_feat};
-        c->f.GetPhysicalDeviceFeatures2(c->phys, &f2);
-    }
+    if (idot_ext) ext_features(c, &idot_feat);
     const bool idot_have = idot_ext && idot_feat.shaderIntegerDotProduct;
     VkPhysicalDeviceShaderIntegerDotProductPropertiesKHR idot_props = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES_KHR};
@@ -267,11 +270,7 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
     const bool sgc_ext = has_ext(ext, n_ext, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     VkPhysicalDeviceSubgroupSizeControlFeatures sgc_feat = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES};
-    if (sgc_ext) {
-        VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
-                                        .pNext = &sgc_feat};
-        c->f.GetPhysicalDeviceFeatures2(c->phys, &f2);
-    }
+    if (sgc_ext) ext_features(c, &sgc_feat);
     uint32_t want = sgc.minSubgroupSize > 32 ? sgc.minSubgroupSize : 32;
     if (want > sgc.maxSubgroupSize) want = sgc.maxSubgroupSize;
     const bool sg_require = o->fast && sg_sums && sgc_ext && sgc_feat.subgroupSizeControl &&
@@ -320,11 +319,7 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
      * SM's and the device's clocks */
     VkPhysicalDeviceShaderClockFeaturesKHR clock_have = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CLOCK_FEATURES_KHR};
-    if (has_ext(ext, n_ext, VK_KHR_SHADER_CLOCK_EXTENSION_NAME)) {
-        VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
-                                        .pNext = &clock_have};
-        c->f.GetPhysicalDeviceFeatures2(c->phys, &f2);
-    }
+    if (has_ext(ext, n_ext, VK_KHR_SHADER_CLOCK_EXTENSION_NAME)) ext_features(c, &clock_have);
     if (!clock_have.shaderSubgroupClock || !clock_have.shaderDeviceClock) {
         gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: this is the in-kernel clock build, and %s "
                 "has no VK_KHR_shader_clock with subgroup and device clocks", c->props.deviceName);

@@ -237,7 +237,7 @@ void main() {
         for (uint s = 0u; s < nsg; s++) acc += osh[s * 256u + i] * exp(msh[s] - M);
         if (rnc == 1u) {
             O[rh * p.hv + i] = acc / L;
-            qs[i] = acc / L;
+            if (p.qout != 0u) qs[i] = acc / L;
         } else S[slot + 2u + i] = acc;
     }
     if (rnc == 1u) {
@@ -264,7 +264,7 @@ void main() {
         float acc = 0.0;
         for (uint cc = 0u; cc < rnc; cc++) acc += S[base + cc * st + 2u + i] * exp(S[base + cc * st] - MM);
         O[rh * p.hv + i] = acc / LL;
-        qs[i] = acc / LL;
+        if (p.qout != 0u) qs[i] = acc / LL;
     }
     if (lid == 0u) CNT[rh] = 0u; // for the next layer's and step's chunks
     if (p.qout != 0u) quant_out(rh, lid);
