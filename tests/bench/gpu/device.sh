@@ -26,7 +26,9 @@
 #                                        var/stub-*.so, var/roles.args' lines), ab (ab.py
 #                                        var/base.so -> the kit's, 2
 #                                        rounds), batch (roles.py --npcs 8: 8 sessions' batched
-#                                        passes by role); each into $OUT, a part that fails logged and
+#                                        passes by role, plain and profiled; the kit's library,
+#                                        the stubs and roles.args', or var/batch.args' lines
+#                                        alone); each into $OUT, a part that fails logged and
 #                                        passed over; each part stopped by 585 s (timeout), one
 #                                        that cannot start with 45 s left named; `study --budget S
 #                                        [PART ...]` stops by S s instead (a call granted less)
@@ -218,15 +220,20 @@ study() {  # [--budget S] [part ...]
     shopt -u nullglob
     # var/roles.args: more runs for roles, a line each: "@ARG,..." the kit's library with those
     # `geist bench` arguments, "NAME.so[@ARG,...]" var/NAME.so (roles.py's LIB@ARGS)
-    if [ -f "$KIT/var/roles.args" ]; then
+    args_of() {  # FILE: its lines as roles.py's LIB[@ARGS]
+        local spec
         while read -r spec; do
             case "$spec" in
                 '') ;;
-                @*) stubs+=("$lib$spec") ;;
-                *) stubs+=("$KIT/var/$spec") ;;
+                @*) echo "$lib$spec" ;;
+                *) echo "$KIT/var/$spec" ;;
             esac
-        done < "$KIT/var/roles.args"
-    fi
+        done < "$1"
+    }
+    [ -f "$KIT/var/roles.args" ] && mapfile -t -O ${#stubs[@]} stubs < <(args_of "$KIT/var/roles.args")
+    # var/batch.args (session 26): the batch part's list, where it differs from roles'
+    local batch=("$lib" "${stubs[@]}")
+    [ -f "$KIT/var/batch.args" ] && mapfile -t batch < <(args_of "$KIT/var/batch.args")
     for part in "${parts[@]}"; do
         left=$((budget - SECONDS))  # each part stops by then (default 585: the call's 600 s)
         if [ "$left" -lt 45 ]; then log "study: out of time before '$part'"; continue; fi
@@ -246,8 +253,8 @@ study() {  # [--budget S] [part ...]
                     timeout -k 10 "$left" python3 "$KIT/ab.py" "$KIT/var/base.so" "$lib" \
                         "$out/ab.json" 2 || log "study: ab failed or stopped"
                 else log "study: no var/base.so to compare with"; fi ;;
-            batch) timeout -k 10 "$left" python3 "$KIT/roles.py" "$out/roles-npcs8.json" "$lib" \
-                       "${stubs[@]}" --npcs 8 --tg 64 || log "study: batch failed or stopped" ;;
+            batch) timeout -k 10 "$left" python3 "$KIT/roles.py" "$out/roles-npcs8.json" \
+                       "${batch[@]}" --npcs 8 --tg 64 || log "study: batch failed or stopped" ;;
             *) log "study: unknown part '$part' (tests, clock, roles, ab, batch)" ;;
         esac
     done

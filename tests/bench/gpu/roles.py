@@ -13,9 +13,11 @@ result's name then carries them: `lib@--attn-chunk=16`).
 (batched steps of N rows: issue 16's 8-session target): each session's prompt goes in first
 (a one-token reply), then N requests of --tg tokens each, greedy, run at once between two
 device-profile snapshots. The result is per pass (a pass: one batched step, its requests' short
-prompts' rows included): GPU ms, dispatches, and the GPU time by role. Only --attn-chunk=N and
---attn-per-head and --fast are taken as @ARGs there (Engine's attn_chunk, attn_per_head,
-fast).
+prompts' rows included): GPU ms, dispatches, and the GPU time by role; `plain` holds the same
+run unprofiled (session 26: a timestamp after every dispatch keeps the sessions' attention
+dispatches from overlapping, so only the plain run's GPU ms a pass says what they cost).
+Only --attn-chunk=N and --attn-per-head and --fast are taken as @ARGs there (Engine's
+attn_chunk, attn_per_head, fast).
 
 Run from the checkout root there, with the kit's environment (as ab.py); models: the stand-ins
 setup made. The libraries are typically stubs.py's: a kernel with one part left out, whose
@@ -63,29 +65,36 @@ for a in sys.argv[5:]:
         kw["fast"] = True
     else:
         sys.exit(f"roles.py --npcs: {a} is not an Engine option here")
-eng = geist.Engine(backend="vulkan", device_profile=True, **kw)
-m = geist.Model.load(sys.argv[2], engine=eng)
-ss = [m.session(max_seq_len=64 + tg) for _ in range(n)]
-for h in [s.submit(f"Once upon a time, villager {i} said", max_tokens=1, temperature=0.0)
-          for i, s in enumerate(ss)]:
-    h.result(600)
-b, p0, t0 = m.device_stats(), m.device_profile(), time.perf_counter()
-hs = [s.submit(" and", max_tokens=tg, temperature=0.0) for s in ss]
-tokens = sum(len(h.result(600).ids) for h in hs)
-wall = time.perf_counter() - t0
-a, p1 = m.device_stats(), m.device_profile()
-passes = max(a["passes"] - b["passes"], 1)
-print(json.dumps({"npcs": n, "tokens": tokens, "aggregate_tps": tokens / wall,
-                  "passes": passes, "rows_per_pass": (a["rows"] - b["rows"]) / passes,
-                  "gpu_ms_per_pass": 1e-6 * (a["gpu_ns"] - b["gpu_ns"]) / passes,
-                  "dispatches_per_pass": (a["dispatches"] - b["dispatches"]) / passes,
-                  "roles": {k: [1e-3 * (p1[k][0] - p0[k][0]) / passes,
-                                (p1[k][1] - p0[k][1]) / passes]
-                            for k in p1 if p1[k][1] > p0[k][1]}}))
-for s in ss:
-    s.close()
-m.close()
-eng.close()
+def batch(profile):
+    eng = geist.Engine(backend="vulkan", device_profile=profile, **kw)
+    m = geist.Model.load(sys.argv[2], engine=eng)
+    ss = [m.session(max_seq_len=64 + tg) for _ in range(n)]
+    for h in [s.submit(f"Once upon a time, villager {i} said", max_tokens=1, temperature=0.0)
+              for i, s in enumerate(ss)]:
+        h.result(600)
+    b, p0, t0 = m.device_stats(), m.device_profile(), time.perf_counter()
+    hs = [s.submit(" and", max_tokens=tg, temperature=0.0) for s in ss]
+    tokens = sum(len(h.result(600).ids) for h in hs)
+    wall = time.perf_counter() - t0
+    a, p1 = m.device_stats(), m.device_profile()
+    passes = max(a["passes"] - b["passes"], 1)
+    r = {"npcs": n, "tokens": tokens, "aggregate_tps": tokens / wall,
+         "passes": passes, "rows_per_pass": (a["rows"] - b["rows"]) / passes,
+         "gpu_ms_per_pass": 1e-6 * (a["gpu_ns"] - b["gpu_ns"]) / passes,
+         "dispatches_per_pass": (a["dispatches"] - b["dispatches"]) / passes}
+    if profile:
+        r["roles"] = {k: [1e-3 * (p1[k][0] - p0[k][0]) / passes, (p1[k][1] - p0[k][1]) / passes]
+                      for k in p1 if p1[k][1] > p0[k][1]}
+    for s in ss:
+        s.close()
+    m.close()
+    eng.close()
+    return r
+# plain first (timestamps around each pass only: the sessions' dispatches overlap as they do in
+# a game), then profiled (a timestamp after every dispatch serializes them: the roles)
+plain, prof = batch(False), batch(True)
+prof["plain"] = plain
+print(json.dumps(prof))
 """
 
 
@@ -128,7 +137,9 @@ def main() -> None:
                 out = json.loads(p.stdout.splitlines()[-1])
                 r = out if a.npcs else summary(*out, a.tg)
             shown = ("aggregate_tps", "gpu_ms_per_pass") if a.npcs else (f"tg{a.tg}", "gpu_ms")
-            print(name, model, *(r.get(k) for k in shown), r.get("error", "")[:200], flush=True)
+            plain = [r.get("plain", {}).get(k) for k in shown] if a.npcs else []
+            print(name, model, *(r.get(k) for k in shown), *plain, r.get("error", "")[:200],
+                  flush=True)
             res.setdefault(name, {})[model] = r
     Path(a.out).write_text(json.dumps(res, indent=1))
 

@@ -45,6 +45,10 @@ STUBS: dict[str, list[tuple[str, str, str]]] = {
     # the attention dispatched twice a layer (the same result: does a second run cost less?)
     "attn_twice": [(VK, ATTN_CALL,
                     "            for (int twice = 0; twice < 2; twice++)\n" + ATTN_CALL)],
+    # in a pass of several sessions, only the first session's attention dispatched (session 26):
+    # with roles.py --npcs's plain GPU ms a pass, what the others' dispatches cost, near what one
+    # dispatch for every session's rows would save
+    "attn_first_only": [(VK, ATTN_CALL, "            if (g == 0)\n" + ATTN_CALL)],
     # a tile's words loaded 4 a lane at once, not 16 (less unrolled code, more waits)
     "attn_lb4": [(SH + "attn_body.glsl", "#define LB 16u", "#define LB 4u")],
     # no in-product 8-bit rows (constant words)
