@@ -71,19 +71,64 @@ uint f_pos, f_vb, g; // the row's position, its V head's first float in the scra
 #include "attn_kv.glsl"
 #include "attn_store.glsl"
 float round_kv(float x) { return p.mode == 1u ? f16_round(x) : x; }
-// position q's K or V head (v): the prefix's cache?, the row's own?, its mode, its first word
-struct Row { bool pre, own; uint mode, at; };
-Row row_of(Loc l, bool own, bool v) {
-    uint hd = v ? p.hv : p.hk;
-    uint wph = l.mode == 1u ? hd / 2u : hd;
-    return Row(l.pre, own, l.mode, (v ? l.v : l.k) + (l.slot * p.n_head_kv + g) * wph);
+// The positions' K and V pairs a lane holds, a round of U positions at a time: every load of the
+// round issued before any use. Why this shape: with a branch around each load (the prefix's cache
+// or the session's, F16 or F32, the row's own position from the scratch) the H100 ran a round's
+// loads one after another, ~0.9 us a position a chunk (session 26's --attn-chunk sweep: the
+// attention 65 us a layer in chunks of 64 positions, 38 in chunks of 32). So a round whose
+// positions lie in one segment (the prefix's cache or the session's own) takes one of four
+// copies of load_pos (pre and f16 constants where it is inlined), a round across the boundary
+// (one a chunk at most) the general one; lanes past the head's pairs load its last pair (finite:
+// their q pairs are 0, their outputs unwritten), positions past the chunk load its last (their
+// scores masked), and the row's own position, whose K and V the store may be writing now, is
+// taken from the scratch by a select after the loads. The rounds' positions stay those of a
+// session without a prefix: the same order, the same bits.
+vec2 qr[MAXP], o[MAXP];      // the lane's query pairs (scaled) and unnormalized output pairs
+vec2 kown[MAXP], vown[MAXP]; // the row's own K and V pairs, as the store writes them
+float m, l;                  // the subgroup's running maximum and sum
+vec2 kk[U * MAXP], vv[U * MAXP];
+uint cw(bool pre, uint i) { return pre ? PKV[i] : KV[i]; } // a word of the prefix's or own cache
+void load_pos(bool pre, bool f16, uint q, uint u) { // position q's pairs into kk, vv's slot u
+    uint sl = gl_SubgroupInvocationID, sz = gl_SubgroupSize;
+    uint npk = p.hk / 2u, npv = p.hv / 2u;
+    uint slot = pre ? q % p.prows : (q - p.n_prefix) % p.rows;
+    uint kb = (pre ? p.pk_at : p.k_at) + (slot * p.n_head_kv + g) * (f16 ? npk : p.hk);
+    uint vb = (pre ? p.pv_at : p.v_at) + (slot * p.n_head_kv + g) * (f16 ? npv : p.hv);
+    for (uint k = 0u; k < MAXP; k++) {
+        uint ik = min(sl + sz * k, npk - 1u), iv = min(sl + sz * k, npv - 1u);
+        kk[u * MAXP + k] = f16 ? unpackHalf2x16(cw(pre, kb + ik))
+                               : vec2(uintBitsToFloat(cw(pre, kb + 2u * ik)),
+                                      uintBitsToFloat(cw(pre, kb + 2u * ik + 1u)));
+        vv[u * MAXP + k] = f16 ? unpackHalf2x16(cw(pre, vb + iv))
+                               : vec2(uintBitsToFloat(cw(pre, vb + 2u * iv)),
+                                      uintBitsToFloat(cw(pre, vb + 2u * iv + 1u)));
+    }
 }
-// pair i (values 2i, 2i + 1) of that head; the row's own from the scratch, as the store writes it
-vec2 pair_of(Row r, bool v, uint i) {
-    if (r.own) return v ? vec2(round_kv(VC[f_vb + 2u * i]), round_kv(VC[f_vb + 2u * i + 1u]))
-                        : vec2(kcur[2u * i], kcur[2u * i + 1u]);
-    if (r.mode == 1u) return unpackHalf2x16(word(r.pre, r.at + i));
-    return vec2(uintBitsToFloat(word(r.pre, r.at + 2u * i)), uintBitsToFloat(word(r.pre, r.at + 2u * i + 1u)));
+void load_round(bool pre, bool f16, uint q0, uint qe) { // positions q0.. of one segment
+    for (uint u = 0u; u < U; u++) load_pos(pre, f16, min(q0 + u, qe - 1u), u);
+}
+void load_any(uint q0, uint qe) { // the round at q0 of a chunk ending at qe
+    uint ql = min(q0 + U, qe) - 1u;
+    if (ql < p.n_prefix) {
+        if (p.pmode == 1u) load_round(true, true, q0, qe);
+        else load_round(true, false, q0, qe);
+    } else if (q0 >= p.n_prefix) {
+        if (p.mode == 1u) load_round(false, true, q0, qe);
+        else load_round(false, false, q0, qe);
+    } else {
+        for (uint u = 0u; u < U; u++) {
+            uint q = min(q0 + u, qe - 1u);
+            bool pre = q < p.n_prefix;
+            load_pos(pre, (pre ? p.pmode : p.mode) == 1u, q, u);
+        }
+    }
+    for (uint u = 0u; u < U; u++) {
+        bool own = min(q0 + u, qe - 1u) == f_pos;
+        for (uint k = 0u; k < MAXP; k++) {
+            kk[u * MAXP + k] = own ? kown[k] : kk[u * MAXP + k];
+            vv[u * MAXP + k] = own ? vown[k] : vv[u * MAXP + k];
+        }
+    }
 }
 
 // qout (a pass of several sessions' rows, whose O product reads 8-bit rows: vk_forward.c's
@@ -175,32 +220,25 @@ void main() {
     // Each subgroup: U positions a round (its rounds nsg U apart), a running maximum m, sum l
     // and unnormalized output pairs o.
     uint npk = p.hk / 2u, npv = p.hv / 2u;
-    vec2 qr[MAXP], o[MAXP];
     for (uint k = 0u; k < MAXP; k++) {
-        uint i = sl + sz * k;
+        uint i = sl + sz * k, ik = min(i, npk - 1u), iv = min(i, npv - 1u);
         qr[k] = i < npk ? vec2(qs[2u * i], qs[2u * i + 1u]) * p.scale : vec2(0.0);
         o[k] = vec2(0.0);
+        kown[k] = vec2(kcur[2u * ik], kcur[2u * ik + 1u]);
+        vown[k] = vec2(round_kv(VC[f_vb + 2u * iv]), round_kv(VC[f_vb + 2u * iv + 1u]));
     }
-    float m = -1.0 / 0.0, l = 0.0;
-    for (uint j0 = sg * U; j0 < cn; j0 += nsg * U) {
-        vec2 kk[U * MAXP], vv[U * MAXP];
-        for (uint u = 0u; u < U; u++) { // every load of the round before any use
-            uint q = c0 + min(j0 + u, cn - 1u);
-            Loc lq = loc(q);
-            Row rk = row_of(lq, q == f_pos, false), rv = row_of(lq, q == f_pos, true);
-            for (uint k = 0u; k < MAXP; k++) {
-                uint i = sl + sz * k;
-                kk[u * MAXP + k] = i < npk ? pair_of(rk, false, i) : vec2(0.0);
-                vv[u * MAXP + k] = i < npv ? pair_of(rv, true, i) : vec2(0.0);
-            }
-        }
+    m = -1.0 / 0.0;
+    l = 0.0;
+    uint ce = c0 + cn;
+    for (uint r0 = c0 + sg * U; r0 < ce; r0 += nsg * U) {
+        load_any(r0, ce);
         float s[U];
         float mn = m;
         for (uint u = 0u; u < U; u++) {
             float d = 0.0;
             for (uint k = 0u; k < MAXP; k++) d += dot(qr[k], kk[u * MAXP + k]);
             d = subgroupAdd(d);
-            s[u] = j0 + u < cn ? d : -1.0 / 0.0;
+            s[u] = r0 + u < ce ? d : -1.0 / 0.0;
             mn = max(mn, s[u]);
         }
         float f = exp(m - mn);
