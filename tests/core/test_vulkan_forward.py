@@ -1273,7 +1273,7 @@ def test_fast_products_match_float_activations(family: str, weight_type: str,
 
 # The fast attention (vulkan_only/attnfast.comp, a fast pass's row on a device with subgroup
 # sums: lavapipe's are 8 lanes, the H100's 32) in chunks: attn_chunk SPLIT makes its chunks
-# 2 SPLIT = 8 positions, so the later rows' attention runs in up to 4 chunks whose last merges
+# SPLIT = 4 positions, so the later rows' attention runs in up to 8 chunks whose last merges
 # them (llama: an F32 cache; gemma3: heads of 256, QK norms and NEOX rotary inside, rings of 8
 # on its sliding layers; mistral: a sliding window). The same oracle and tolerance as the
 # products' test above (the unsplit case is theirs: vk_fast never splits).
@@ -1335,7 +1335,7 @@ def test_fast_mode_in_passes_of_several_rows(vk_fast: geist.Engine,
     # a prompt's pass (24 rows: matmul.comp's tiles) keeps the 8-bit products and the exact
     # attention: the default cpu_scalar's bits, flag or not. 4 sessions stepping together
     # (passes of 4 rows, a row a session) keep the 8-bit products and attend in the fast
-    # attention, each session its own dispatch (with chunks of 8 positions in vk_fast_split:
+    # attention, each session its own dispatch (with chunks of 4 positions in vk_fast_split:
     # their counts and partials per session), which also makes O's 8-bit rows (blocks of 32 for
     # Q4_1's heads of 64, of 256 for Q4_K's heads of 256): the default cpu_scalar's greedy ids
     # (llama: gemma3's post-norms hide its attention from these fixtures' ids; either llama case
