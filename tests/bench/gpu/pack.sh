@@ -137,7 +137,7 @@ if [ -n "$PREBUILT" ]; then
 fi
 
 # --- the scripts, and what this kit was made from
-cp "$HERE/device.sh" "$HERE/bench.py" "$HERE/standin.py" "$HERE/ab.py" "$HERE/reply.py" "$HERE/prefill.py" "$HERE/roles.py" \
+cp "$HERE/device.sh" "$HERE/call.sh" "$HERE/bench.py" "$HERE/standin.py" "$HERE/ab.py" "$HERE/reply.py" "$HERE/prefill.py" "$HERE/roles.py" \
     "$HERE/clock.py" \
     "$HERE/README.md" \
     "$DEST/"
