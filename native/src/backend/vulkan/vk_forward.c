@@ -818,9 +818,9 @@ static split split_of(const gt_vk_ctx *c, uint32_t n_rows, uint32_t n_ctx, uint3
 /* attnfast.comp's chunks of a row over n_ctx positions: the engine's attn_chunk positions each
  * (32 on a GPU: a workgroup's subgroups take them U at a time, its online softmax holding no
  * scores), grown as split_of's to keep at most MAX_SPLIT; ch 0: one chunk of them all (an engine
- * that never splits, or partials that hold fewer chunks). Chunks of 64 (twice attn_chunk, the
- * rule of sessions 24-25) decoded 22-29 % slower on the H100 than chunks of 32 (session 26,
- * --attn-chunk 16 against 32): the positions a workgroup walks are its latency. */
+ * that never splits, or partials that hold fewer chunks). On the H100 (session 26) chunks of
+ * 64 (twice attn_chunk, the rule of sessions 24-25) cost 22-29 % of a token with the kernel's
+ * earlier loads, and 3-4 % against 32 with today's; chunks of 16 were even with 32. */
 static split fast_split_of(const gt_vk_ctx *c, uint32_t n_ctx, uint32_t cap) {
     const split one = {0, 1};
     if (c->attn_chunk <= 0 || n_ctx <= (uint32_t)c->attn_chunk) return one;

@@ -75,19 +75,19 @@ float round_kv(float x) { return p.mode == 1u ? f16_round(x) : x; }
 // round issued before any use. Why this shape: with a branch around each load (the prefix's cache
 // or the session's, F16 or F32, the row's own position from the scratch) the H100 ran a round's
 // loads one after another, ~0.9 us a position a chunk (session 26's --attn-chunk sweep: the
-// attention 65 us a layer in chunks of 64 positions, 38 in chunks of 32). So a round whose
-// positions lie in one segment (the prefix's cache or the session's own) takes one of four
-// copies of load_pos (pre and f16 constants where it is inlined), a round across the boundary
-// (one a chunk at most) the general one; lanes past the head's pairs load its last pair (finite:
-// their q pairs are 0, their outputs unwritten), positions past the chunk load its last (their
-// scores masked), and the row's own position, whose K and V the store may be writing now, is
-// taken from the scratch by a select after the loads. The rounds' positions stay those of a
-// session without a prefix: the same order, the same bits.
+// attention 65 us a layer in chunks of 64 positions, 38 in chunks of 32; 11 in this shape). So a
+// round whose positions lie in one segment (the prefix's cache or the session's own) takes one of
+// four copies of load_pos (pre and f16 constants where it is inlined, so attn_kv.glsl's word()
+// is one buffer's load), a round across the boundary (one a chunk at most) the general one; lanes
+// past the head's pairs load its last pair (finite: their q pairs are 0, their outputs
+// unwritten), positions past the chunk load its last (their scores masked), and the row's own
+// position, whose K and V the store may be writing now, is taken from the scratch by a select
+// after the loads. The rounds' positions stay those of a session without a prefix: the same
+// order, the same bits.
 vec2 qr[MAXP], o[MAXP];      // the lane's query pairs (scaled) and unnormalized output pairs
 vec2 kown[MAXP], vown[MAXP]; // the row's own K and V pairs, as the store writes them
 float m, l;                  // the subgroup's running maximum and sum
 vec2 kk[U * MAXP], vv[U * MAXP];
-uint cw(bool pre, uint i) { return pre ? PKV[i] : KV[i]; } // a word of the prefix's or own cache
 void load_pos(bool pre, bool f16, uint q, uint u) { // position q's pairs into kk, vv's slot u
     uint sl = gl_SubgroupInvocationID, sz = gl_SubgroupSize;
     uint npk = p.hk / 2u, npv = p.hv / 2u;
@@ -96,12 +96,12 @@ void load_pos(bool pre, bool f16, uint q, uint u) { // position q's pairs into k
     uint vb = (pre ? p.pv_at : p.v_at) + (slot * p.n_head_kv + g) * (f16 ? npv : p.hv);
     for (uint k = 0u; k < MAXP; k++) {
         uint ik = min(sl + sz * k, npk - 1u), iv = min(sl + sz * k, npv - 1u);
-        kk[u * MAXP + k] = f16 ? unpackHalf2x16(cw(pre, kb + ik))
-                               : vec2(uintBitsToFloat(cw(pre, kb + 2u * ik)),
-                                      uintBitsToFloat(cw(pre, kb + 2u * ik + 1u)));
-        vv[u * MAXP + k] = f16 ? unpackHalf2x16(cw(pre, vb + iv))
-                               : vec2(uintBitsToFloat(cw(pre, vb + 2u * iv)),
-                                      uintBitsToFloat(cw(pre, vb + 2u * iv + 1u)));
+        kk[u * MAXP + k] = f16 ? unpackHalf2x16(word(pre, kb + ik))
+                               : vec2(uintBitsToFloat(word(pre, kb + 2u * ik)),
+                                      uintBitsToFloat(word(pre, kb + 2u * ik + 1u)));
+        vv[u * MAXP + k] = f16 ? unpackHalf2x16(word(pre, vb + iv))
+                               : vec2(uintBitsToFloat(word(pre, vb + 2u * iv)),
+                                      uintBitsToFloat(word(pre, vb + 2u * iv + 1u)));
     }
 }
 void load_round(bool pre, bool f16, uint q0, uint qe) { // positions q0.. of one segment
