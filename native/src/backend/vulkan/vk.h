@@ -127,6 +127,8 @@ typedef struct gt_vk_ctx {
                               (8 to 128; 0: the device cannot promise that: vk_device.c) */
     bool attn_lanes_required; /* its pipeline requires that size in full subgroups (the size
                                  control), else the device runs only that size */
+    uint32_t compute_units; /* the device's SMs or CUs where its driver says (VK_NV_shader_sm_builtins,
+                               VK_AMD_shader_core_properties); 0: unknown */
     pthread_mutex_t queue_lock; /* the queue and command pool: one submitter at a time */
 } gt_vk_ctx;
 

@@ -250,9 +250,23 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
     VkPhysicalDeviceSubgroupProperties sgp = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
         .pNext = sgc_have ? (void *)&sgc : sgc.pNext};
-    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-                                      .pNext = &sgp};
+    /* the device's compute units where its driver says (NVIDIA's SMs, AMD's CUs): how many
+     * workgroups fill it (vk_forward.c's spread products); else 0, unknown */
+    const bool nv_sm = has_ext(ext, n_ext, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME);
+    const bool amd_core = has_ext(ext, n_ext, VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME);
+    VkPhysicalDeviceShaderCorePropertiesAMD amdp = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD, .pNext = &sgp};
+    VkPhysicalDeviceShaderSMBuiltinsPropertiesNV nvp = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV,
+        .pNext = amd_core ? (void *)&amdp : (void *)&sgp};
+    VkPhysicalDeviceProperties2 p2 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+        .pNext = nv_sm ? (void *)&nvp : amd_core ? (void *)&amdp : (void *)&sgp};
     c->f.GetPhysicalDeviceProperties2(c->phys, &p2);
+    c->compute_units = nv_sm ? nvp.shaderSMCount
+                       : amd_core ? amdp.shaderEngineCount * amdp.shaderArraysPerEngineCount *
+                                        amdp.computeUnitsPerShaderArray
+                                  : 0;
     const VkSubgroupFeatureFlags sg_ops = VK_SUBGROUP_FEATURE_BASIC_BIT |
                                           VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
     const bool sg_sums = (sgp.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&

@@ -30,7 +30,10 @@
 // activation in the product: W is gate (n_out / 2 rows from byte w_off) and up (as many from
 // byte y_off, the same buffer: GGUF files put other tensors between them), a workgroup's slots
 // 0-3 4 gate rows and 4-7 the same 4 up rows, y[t * ldy + i] = act(gate_i) * up_i as act.comp
-// (saving its dispatch and barrier).
+// (saving its dispatch and barrier). Bit 7 (ROWS8 1, without bit 5): a workgroup a token, the
+// dispatch's workgroups n_tok times the row groups (token wg / groups): more workgroups for
+// products of few rows in batched steps (vk_forward.c's dispatch_mv8), each token's sums as
+// before, the same bits.
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint ROWS8 = 0u;
 layout(constant_id = 1) const float NORM_EPS = 1e-5; // bit 4: the model's RMSNorm epsilon
@@ -152,6 +155,13 @@ float block_pr(Blk k, uint t, uint b, uint nb) {
 void main() {
     // rows beyond 65535 workgroups continue in y (a large vocabulary)
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x, lid = gl_LocalInvocationID.x;
+    uint tb = 0u, te = p.n_tok; // the workgroup's tokens
+    if (ROWS8 == 1u && (p.accumulate & 128u) != 0u) { // bit 7: token wg / groups alone
+        uint groups = (p.n_out + 7u) / 8u;
+        tb = wg / groups;
+        te = tb + 1u;
+        wg -= tb * groups;
+    }
     clock_start();
     MV_MARK(0u);
     // ROWS8 1: 8 rows of 8 lanes; 2: 2 rows of 32 lanes
@@ -176,8 +186,8 @@ void main() {
     nw0 = p.type >> 8;
     bool roped = selfq && (p.accumulate & 8u) != 0u;
     bool kq = wtype == T_Q4_K || wtype == T_Q6_K;
-    for (uint t0 = 0u; t0 < p.n_tok; t0 += NT) {
-        uint nt = min(NT, p.n_tok - t0);
+    for (uint t0 = tb; t0 < te; t0 += NT) {
+        uint nt = min(NT, te - t0);
         chunk0 = t0;
         if (normed) // the chunk's rows' scales, each over the whole workgroup
             for (uint k = 0u; k < nt; k++) {
@@ -284,14 +294,24 @@ void main() {
         } else if (valid && lane < 8u) {
             // cpu_scalar's canonical order (quants.c dot_q_32): block b adds into lane b % 8 in
             // increasing b, the 8 lanes summed as gt_lane_tree8; each block's float is
-            // (d_w * d_x) * isum [+ (m_w * d_x) * sum_x], without fused multiply-adds
-            // tokens outermost: a token's sum is one named value (not acc[k], an array a GPU
-            // keeps in local memory when indexed in a loop)
-            for (uint k = 0u; k < nt; k++) {
-                precise float sk = 0.0;
-                for (uint b = lane; b < nb; b += 8u) sk = sk + block_pr(block_w(row, b), t0 + k, b, nb);
-                acc[k] = sk;
+            // (d_w * d_x) * isum [+ (m_w * d_x) * sum_x], without fused multiply-adds. A block's
+            // weights are read once for the chunk's tokens; a token's sum is a named value (not
+            // acc[k], an array a GPU keeps in local memory when indexed in a loop)
+            precise float s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0, s4 = 0.0, s5 = 0.0, s6 = 0.0,
+                          s7 = 0.0;
+            for (uint b = lane; b < nb; b += 8u) {
+                Blk kb = block_w(row, b);
+                s0 = s0 + block_pr(kb, t0, b, nb);
+                if (nt > 1u) s1 = s1 + block_pr(kb, t0 + 1u, b, nb);
+                if (nt > 2u) s2 = s2 + block_pr(kb, t0 + 2u, b, nb);
+                if (nt > 3u) s3 = s3 + block_pr(kb, t0 + 3u, b, nb);
+                if (nt > 4u) s4 = s4 + block_pr(kb, t0 + 4u, b, nb);
+                if (nt > 5u) s5 = s5 + block_pr(kb, t0 + 5u, b, nb);
+                if (nt > 6u) s6 = s6 + block_pr(kb, t0 + 6u, b, nb);
+                if (nt > 7u) s7 = s7 + block_pr(kb, t0 + 7u, b, nb);
             }
+            acc[0] = s0, acc[1] = s1, acc[2] = s2, acc[3] = s3;
+            acc[4] = s4, acc[5] = s5, acc[6] = s6, acc[7] = s7;
         }
         MV_MARK(3u); // lane 0's block sums
         if (wtype != T_F32 && wtype != T_F16) {
