@@ -1330,6 +1330,35 @@ def test_fast_attention_reads_a_shared_prefix_as_its_own_rows(
         p.close()
 
 
+# Gemma 3's post-norms in a fast pass (vk_forward.c's rec_residual defer): O's product alone, its
+# norm and residual addition inside the gated FFN product's norm; down's inside the next layer's
+# Q, K and V (the last layer's settled by a standalone norm before the output). By the device
+# profile's dispatches a role: one a layer for O and for down, not two (product and norm); the
+# same greedy ids and logits as the test above's (FAST_RTOL) against cpu_scalar.
+def test_fast_post_norms_ride_in_the_next_products() -> None:
+    path = testing.family_fixture_path("gemma3", "Q4_K", head_dim=256)
+    n_layer = testing.default_sizes("gemma3").n_layer
+    ref_eng = geist.Engine(backend="cpu_scalar", exact_activations=True)
+    try:
+        ref_ids, ref = _row_by_row(path, ref_eng, PROMPT[:4], 6)
+    finally:
+        ref_eng.close()
+    eng = geist.Engine(backend="vulkan", attn_chunk=EXACT, fast=True, device_profile=True)
+    try:
+        ids, got = _row_by_row(path, eng, PROMPT[:4], 6)
+        with geist.Model.load(path, engine=eng) as m, m.session(max_seq_len=16) as s:
+            s.eval(PROMPT[:3])
+            before = m.device_profile()
+            s.step(None)
+            after = m.device_profile()
+    finally:
+        eng.close()
+    calls = {k: after[k][1] - before[k][1] for k in after}
+    assert calls["attn_out"] == n_layer and calls["ffn_down"] == n_layer, calls
+    assert ids == ref_ids
+    assert max(_rel(a, b) for a, b in zip(ref, got, strict=True)) < FAST_RTOL
+
+
 def test_fast_mode_in_passes_of_several_rows(vk_fast: geist.Engine,
                                              vk_fast_split: geist.Engine) -> None:
     # a prompt's pass (24 rows: matmul.comp's tiles) keeps the 8-bit products and the exact
@@ -1367,6 +1396,21 @@ def test_fast_mode_in_passes_of_several_rows(vk_fast: geist.Engine,
             assert stats["fast_attn_rows"] >= (4 * 3 if _fast_attention_on(eng) else 0)
             print(f"4 sessions stepping together ({batched.name}): {stats['fast_attn_rows']} "
                   "rows in the fast attention")
+
+
+# Sessions stepping together in the fast mode normalize in normfast.comp too (rec_norm: a pass
+# of decode rows, a row a session): Gemma 3's post-norms, twice a layer, and the output norm of
+# the rows asking for logits; the default cpu_scalar's greedy ids, session by session.
+def test_fast_mode_sessions_stepping_together_with_post_norms(vk_fast: geist.Engine) -> None:
+    if not _fast_attention_on(vk_fast):
+        pytest.skip("this device's subgroups do not take the fast attention")
+    path = testing.family_fixture_path("gemma3", "Q4_K", head_dim=256)
+    prompts = [[int(v) for v in np.random.default_rng(70 + i).integers(1, 300, 2 + 2 * i)]
+               for i in range(4)]
+    stats: dict[str, int] = {}
+    assert _batched_ids(path, vk_fast, prompts, 8, stats=stats) == _batched_ids(
+        path, None, prompts, 8)
+    assert stats["fast_attn_rows"] >= 4 * 3
 
 
 def test_bench_says_which_products_ran(capsys: pytest.CaptureFixture[str],

@@ -84,20 +84,24 @@ static uint32_t argmax_parts(uint32_t n_vocab, uint32_t *chunk) {
  * P_ATTN_FAST: vulkan_only/attnfast.comp, that flag's attention of decode rows (rec_attn),
  * made where fast_attn_maxp says the device and the model take it;
  * P_NORM_FAST: vulkan_only/normfast.comp, that flag's standalone norms of passes of one row
- * (rec_norm), made where the device has attnfast.comp's subgroups */
+ * (rec_norm), made where the device has attnfast.comp's subgroups;
+ * P_MVFAST_PEND: mvfast.comp with PEND, products taking a deferred post-norm (rec_residual's
+ * defer), made with that flag for models of post-norms and rows of at most PEND_MAX values */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
        P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_ARGMAX,
-       P_MVFAST, P_ATTN_FAST, P_NORM_FAST, P_COUNT };
+       P_MVFAST, P_ATTN_FAST, P_NORM_FAST, P_MVFAST_PEND, P_COUNT };
 static const char *const k_pipe_names[P_COUNT] = {
     "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
     "attn_part", "matmul", "matvec", "matmul", "attn_fresh", "attn_part_fresh", "quant_fused",
     "attn_grp", "attn_part_grp", "attn_fresh_grp", "attn_part_fresh_grp", "argmax", "mvfast",
-    "attnfast", "normfast"};
+    "attnfast", "normfast", "mvfast"};
 /* The grouped attention's shared scores (attn_body.glsl's SH_TOTAL under ATTN_GROUP): a
  * dispatch takes the grouped kernels when its rows' positions (a split one's chunk) fit
  * GROUP_SH / attn_group a head, else one workgroup a head (SPLIT_SH) */
 #define GROUP_SH 2048u
+/* P_MVFAST_PEND's staged residual: rows of at most this many values (16 KiB of shared memory) */
+#define PEND_MAX 4096u
 #define GROUP_MAX 4u /* attn_body.glsl's GMAX */
 
 /* The split attention (attn_part.comp), when attn_chunk > 0 (vk_device.c's choice on GPUs, or
@@ -192,6 +196,7 @@ typedef struct gt_vk_fwd {
     wref *lw; /* n_layer * W_PER_LAYER */
     int32_t cap_rows, cap_ctx;
     vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg, lgh; /* lgh: logits' readback */
+    vbuf x2; /* the residual stream's second buffer (rec's res: deferred post-norms) */
     vbuf amx, idh; /* argmax.comp's parts' best, and the rows' greedy ids (host-readable) */
     vbuf ap; /* the split attention's partials: NARROW_ROWS x n_head x cap_split chunks */
     vbuf cnt;           /* and per (row, head) its chunks done (attn_part.comp: the last merges) */
@@ -437,7 +442,7 @@ void gt_vk_fwd_free(gt_vk_model *vm) {
     gt_vk_fwd *fw = vm->fwd;
     if (!fw) return;
     gt_vk_ctx *c = vm->ctx;
-    vbuf *bufs[] = {&fw->norms, &fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o,
+    vbuf *bufs[] = {&fw->norms, &fw->x, &fw->x2, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o,
                     &fw->gate, &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh,
                     &fw->ap, &fw->cnt, &fw->amx, &fw->idh};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -684,11 +689,16 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     if (cst) return cst;
 #endif
     const uint32_t maxp = fast_attn_maxp(c, &vm->model->cfg);
+    bool post_norms = false; /* a layer with a post-norm (Gemma 3): P_MVFAST_PEND's models */
+    for (int32_t il = 0; il < vm->model->cfg.n_layer; il++)
+        post_norms |= fw->lr[il].post_attn != NO_NORM || fw->lr[il].post_ffn != NO_NORM;
     for (int p = 0; p < P_COUNT; p++) {
         /* a GPU groups only a prompt's rows (rec_attn): never split (at most SPLIT_ROWS rows)
          * nor fresh (one row a session), so of the grouped kernels only P_ATTN_G is made there */
         const bool grouped = p >= P_ATTN_G && p <= P_ATTN_PART_FRESH_G;
         if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) || (p == P_MVFAST && !c->fast) ||
+            (p == P_MVFAST_PEND &&
+             (!c->fast || !post_norms || (uint32_t)vm->model->cfg.d_model > PEND_MAX)) ||
             (p == P_ATTN_FAST && maxp == 0) ||
             (p == P_NORM_FAST && (!c->fast || c->subgroup_min < 8)) ||
             (grouped && (fw->attn_group < 2 || (fw->wide && p != P_ATTN_G))))
@@ -705,8 +715,12 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         struct { uint32_t c0, c1; VkBool32 fma; } sv = {0u, 0u, fw->fma ? VK_TRUE : VK_FALSE};
         const VkSpecializationMapEntry sme[3] = {{14, 8, 4}, {0, 0, 4}, {1, 4, 4}};
         uint32_t n_sme = 1;
-        if (p == P_MATVEC8 || p == P_MATVEC2 || p == P_MVFAST) {
-            sv.c0 = p == P_MATVEC2 ? 2u : 1u; /* (mvfast.comp has no ROWS8: ignored) */
+        if (p == P_MATVEC8 || p == P_MATVEC2 || p == P_MVFAST || p == P_MVFAST_PEND) {
+            /* mvfast.comp's constant 0 is PEND (its staged residual's floats), not ROWS8 */
+            sv.c0 = p == P_MATVEC2 ? 2u
+                    : p == P_MVFAST ? 0u
+                    : p == P_MVFAST_PEND ? (uint32_t)vm->model->cfg.d_model
+                                         : 1u;
             memcpy(&sv.c1, &vm->model->cfg.eps, 4);
             n_sme = 3;
         } else if (p == P_MATMUL16) {
@@ -846,7 +860,7 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     gt_vk_ctx *c = vm->ctx;
     const gt_config *cf = &vm->model->cfg;
     uint64_t *acct = &vm->memory.device_local;
-    vbuf *bufs[] = {&fw->x, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o, &fw->gate,
+    vbuf *bufs[] = {&fw->x, &fw->x2, &fw->xn, &fw->q, &fw->k, &fw->v, &fw->att, &fw->o, &fw->gate,
                     &fw->up, &fw->aq, &fw->ad, &fw->sc, &fw->in, &fw->lg, &fw->lgh, &fw->ap,
                     &fw->cnt, &fw->amx, &fw->idh};
     forget_recordings(vm); /* they bind the buffers remade here */
@@ -871,6 +885,7 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     if (od > wide) wide = od;
     const struct { vbuf *b; uint64_t bytes; int kind; } want[] = {
         {&fw->x, R * d * F, VB_DEVICE},     {&fw->xn, R * d * F, VB_DEVICE},
+        {&fw->x2, R * d * F, VB_DEVICE},
         {&fw->q, R * qd * F, VB_DEVICE},    {&fw->k, R * kd * F, VB_DEVICE},
         {&fw->v, R * vd * F, VB_DEVICE},    {&fw->att, R * od * F, VB_DEVICE},
         {&fw->o, R * d * F, VB_DEVICE},
@@ -1050,6 +1065,13 @@ typedef struct rec {
     bool fast;     /* the pass's quantized products take P_MVFAST (rec_mvfast) */
     bool fast_attn; /* its rows attend in P_ATTN_FAST (run_pass's fast_attn, rec_attn) */
     uint32_t role; /* geist_device_role of the dispatches planned now */
+    /* the residual stream's buffer (fw->x, or fw->x2 after a deferred post-norm was taken) and
+     * a post-norm deferred (rec_residual's defer): its vector's offset in fw->norms (else
+     * NO_NORM), the product it normalizes in fw->o; pend_write: the next product taking it
+     * writes x + that into the other buffer (the first of Q, K, V) */
+    VkBuffer res;
+    uint32_t pend;
+    bool pend_write;
 } rec;
 
 /* The bindings each kernel writes (the others it only reads): a barrier goes before a dispatch
@@ -1068,7 +1090,7 @@ static const uint32_t k_writes[P_COUNT] = {
     [P_ATTN_PART_G] = WB(3) | WB(4) | WB(5),
     [P_ATTN_FRESH_G] = WB(3) | WB(5) | WB(10) | WB(11) | WB(12),
     [P_ATTN_PART_FRESH_G] = WB(3) | WB(4) | WB(5) | WB(10) | WB(11) | WB(12),
-    [P_ARGMAX] = WB(3) | WB(4), [P_MVFAST] = WB(3),
+    [P_ARGMAX] = WB(3) | WB(4), [P_MVFAST] = WB(3), [P_MVFAST_PEND] = WB(3) | WB(7),
     [P_ATTN_FAST] = WB(3) | WB(4) | WB(5) | WB(10) | WB(11) | WB(12),
     [P_NORM_FAST] = WB(3)};
 
@@ -1100,7 +1122,8 @@ static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *
                      uint32_t groups) {
     if (r->failed || groups == 0) return;
     if (pipe != P_MATVEC && pipe != P_MATVEC8 && pipe != P_MATVEC2 && pipe != P_MATMUL &&
-        pipe != P_MATMUL16 && pipe != P_QUANT && pipe != P_QUANT_FUSED && pipe != P_MVFAST)
+        pipe != P_MATMUL16 && pipe != P_QUANT && pipe != P_QUANT_FUSED && pipe != P_MVFAST &&
+        pipe != P_MVFAST_PEND)
         r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
     const uint32_t wmask = k_writes[pipe] ? k_writes[pipe] : 0xFFu;
     bool hazard = k_writes[pipe] == 0 || r->force;
@@ -1367,6 +1390,9 @@ static void dispatch_mv8(rec *r, const wref *w, const VkBuffer b[N_BIND], const 
  * there than quant.comp once and the batched products. mvfast.comp reads x's floats: where the
  * scratch holds x's 8-bit rows (aq_src), which may be all that was made of it, the 8-bit path
  * reads those (fast passes make floats: fused_fmt takes no quant_fused there). */
+static VkBuffer res_other(const rec *r) {
+    return r->res == r->fw->x.buf ? r->fw->x2.buf : r->fw->x.buf;
+}
 static bool fast_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) {
     return r->fast && n_tok == 1 && act_fmt(w->type) >= 0 && w->n_out <= SELFQ_MAX_ROWS &&
            r->aq_src != x;
@@ -1383,11 +1409,18 @@ static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
     if (bits & MV_ROPE) acc |= hd << 8 | n_rot << 20;
     const bool gated = (bits & MV_GATED) != 0;
     const uint32_t type = w->type | ((bits & MV_NORM) ? norm_at << 8 : 0u);
-    const uint32_t pc[9] = {w->off, type, w->n_in, w->row_bytes, gated ? 2 * w->n_out : w->n_out,
-                            n_tok, gated ? w->n_out : w->ldy, acc, gated ? up_off : w->row0};
+    /* a deferred post-norm (rec_residual's defer) taken into this product's norm of x */
+    const bool pend = r->pend != NO_NORM && (bits & MV_NORM) && x == r->res;
+    const bool write = pend && r->pend_write;
+    const uint32_t pc[11] = {w->off, type, w->n_in, w->row_bytes,
+                             gated ? 2 * w->n_out : w->n_out, n_tok, gated ? w->n_out : w->ldy, acc,
+                             gated ? up_off : w->row0, pend ? r->pend : NO_NORM, write};
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y, (bits & MV_NORM) ? r->fw->norms.buf : 0,
-                                (bits & MV_ROPE) ? r->fw->in.buf : 0, 0, 0};
-    dispatch(r, P_MVFAST, b, pc, sizeof pc, gated ? w->n_out : (w->n_out + 1) / 2);
+                                (bits & MV_ROPE) ? r->fw->in.buf : 0, pend ? r->fw->o.buf : 0,
+                                write ? res_other(r) : 0};
+    dispatch(r, pend ? P_MVFAST_PEND : P_MVFAST, b, pc, sizeof pc,
+             gated ? w->n_out : (w->n_out + 1) / 2);
+    if (write) r->pend_write = false;
 }
 
 /* A quantized product with its 8-bit rows made inside (selfq_fits) and these steps there:
@@ -1461,22 +1494,39 @@ static void rec_norm(rec *r, VkBuffer x, VkBuffer y, uint32_t n_rows, uint32_t d
     struct { uint32_t n, w_off, gather, gather_at; float eps; uint32_t acc; } pc = {
         d, w_off, gather_at != 0, gather_at, eps, acc};
     const VkBuffer b[N_BIND] = {0, r->fw->in.buf, x, y, 0, 0, 0, r->fw->norms.buf};
-    /* a fast pass's (one row: GEIST_DEVICE_FAST) in normfast.comp where the device has it */
-    const bool fast = r->fast && r->fw->pipe[P_NORM_FAST] != VK_NULL_HANDLE;
+    /* GEIST_DEVICE_FAST's passes of decode rows (one row, or a row a session: r->fast_attn) in
+     * normfast.comp where the device has it; a prompt's rows keep cpu_scalar's bits */
+    const bool fast = (r->fast || r->fast_attn) && r->fw->pipe[P_NORM_FAST] != VK_NULL_HANDLE;
     dispatch(r, fast ? P_NORM_FAST : P_RMSNORM, b, &pc, sizeof pc, n_rows);
 }
 
+/* A deferred post-norm (rec_residual's defer) added into the residual as rec_residual does,
+ * where no product takes it (the last layer's, or the next products off the fast path) */
+static void settle(rec *r, uint32_t d, float eps) {
+    if (r->pend == NO_NORM) return;
+    rec_norm(r, r->fw->o.buf, r->res, 1, d, r->pend, 0, eps, true);
+    r->pend = NO_NORM;
+}
+
 /* x += W y, or with a post-norm (Gemma 3) x += norm(W y) * post (session/forward.c's
- * add_residual) */
+ * add_residual). defer (a fast pass's, one row): the product into fw->o only, its post-norm
+ * and the addition left to the next products that normalize the residual (r->pend): each of
+ * their workgroups adds it before its own norm, the first writes the new residual into the
+ * other buffer; a standalone norm's dispatch and barrier fewer, twice a Gemma 3 layer. */
 static void rec_residual(rec *r, const wref *w, VkBuffer y, uint32_t n, uint32_t post,
-                         float eps) {
+                         float eps, bool defer) {
     gt_vk_fwd *fw = r->fw;
     if (post == NO_NORM) {
-        rec_matvec(r, w, y, fw->x.buf, n, true);
+        rec_matvec(r, w, y, r->res, n, true);
         return;
     }
     rec_matvec(r, w, y, fw->o.buf, n, false);
-    rec_norm(r, fw->o.buf, fw->x.buf, n, w->n_out, post, 0, eps, true);
+    if (defer && n == 1 && fw->pipe[P_MVFAST_PEND] != VK_NULL_HANDLE) {
+        r->pend = post;
+        r->pend_write = true;
+        return;
+    }
+    rec_norm(r, fw->o.buf, r->res, n, w->n_out, post, 0, eps, true);
 }
 
 typedef struct grp {
@@ -1737,7 +1787,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     rec r = {.c = c, .fw = fw, .aq_src = VK_NULL_HANDLE, .aq_fmt = -1, .mm = fw->mm, .wide = fw->wide,
              .spread_below = fw->spread_below,
              .fast = fw->pipe[P_MVFAST] != VK_NULL_HANDLE && n == 1, .fast_attn = fast_attn,
-             .role = GEIST_ROLE_EMBED};
+             .role = GEIST_ROLE_EMBED, .res = fw->x.buf, .pend = NO_NORM};
     const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
     const uint32_t hk = (uint32_t)cf->head_dim_k, nrot = (uint32_t)cf->n_rot;
     const uint32_t kd = (uint32_t)(cf->n_head_kv * cf->head_dim_k);
@@ -1758,24 +1808,33 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         r.role = GEIST_ROLE_QKV;
         const bool qkv_q = act_fmt(w[W_Q].type) >= 0 && act_fmt(w[W_K].type) >= 0 &&
                            act_fmt(w[W_V].type) >= 0;
-        const bool fuse_n1 = qkv_q && fused_fits(&r, &w[W_Q], fw->x.buf, N) &&
-                             fused_fits(&r, &w[W_K], fw->x.buf, N) &&
-                             fused_fits(&r, &w[W_V], fw->x.buf, N) && fw->n_norm < (1u << 24);
+        const bool fuse_n1 = qkv_q && fused_fits(&r, &w[W_Q], r.res, N) &&
+                             fused_fits(&r, &w[W_K], r.res, N) &&
+                             fused_fits(&r, &w[W_V], r.res, N) && fw->n_norm < (1u << 24);
+        /* the previous layer's deferred post-norm (down's) in Q, K and V's fast products */
+        if (!(fuse_n1 && fast_fits(&r, &w[W_Q], r.res, N) && fast_fits(&r, &w[W_K], r.res, N) &&
+              fast_fits(&r, &w[W_V], r.res, N)))
+            settle(&r, d, cf->eps);
+        const bool took = r.pend != NO_NORM;
         const bool fuse_rope = fuse_n1 && R->q_norm == NO_NORM && R->rope_table == 0 &&
                                cf->rope_style == GT_ROPE_NORM && hk < 4096 && nrot < 4096 &&
                                w[W_Q].n_out == (uint32_t)cf->n_head * hk && w[W_K].n_out == kd;
         if (fuse_n1) {
             const uint32_t rb = MV_NORM | (fuse_rope ? MV_ROPE : 0u);
-            rec_mv_fused(&r, &w[W_Q], fw->x.buf, fw->q.buf, N, rb, R->attn_norm, hk, nrot);
-            rec_mv_fused(&r, &w[W_K], fw->x.buf, fw->k.buf, N, rb, R->attn_norm, hk, nrot);
-            rec_mv_fused(&r, &w[W_V], fw->x.buf, fw->v.buf, N, MV_NORM, R->attn_norm, 0, 0);
+            rec_mv_fused(&r, &w[W_Q], r.res, fw->q.buf, N, rb, R->attn_norm, hk, nrot);
+            rec_mv_fused(&r, &w[W_K], r.res, fw->k.buf, N, rb, R->attn_norm, hk, nrot);
+            rec_mv_fused(&r, &w[W_V], r.res, fw->v.buf, N, MV_NORM, R->attn_norm, 0, 0);
+            if (took) { /* Q's product wrote the residual with it into the other buffer */
+                r.res = res_other(&r);
+                r.pend = NO_NORM;
+            }
         } else {
             const int qf = fused_fmt(&r, d, &w[W_Q], &w[W_K], &w[W_V]);
             if (qf >= 0) /* the norm straight into Q, K and V's 8-bit rows */
-                rec_quant_fused(&r, fw->x.buf, 0, fw->xn.buf, d, N, qf, QF_NORM, R->attn_norm,
+                rec_quant_fused(&r, r.res, 0, fw->xn.buf, d, N, qf, QF_NORM, R->attn_norm,
                                 cf->eps, 0);
             else
-                rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->attn_norm, 0, cf->eps, false);
+                rec_norm(&r, r.res, fw->xn.buf, N, d, R->attn_norm, 0, cf->eps, false);
             rec_matvec(&r, &w[W_Q], fw->xn.buf, fw->q.buf, N, false);
             rec_matvec(&r, &w[W_K], fw->xn.buf, fw->k.buf, N, false);
             rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
@@ -1833,9 +1892,6 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             r.aq_src = fw->att.buf;
             r.aq_fmt = (int)fr.qout - 1;
         }
-        r.role = GEIST_ROLE_ATTN_OUT;
-        rec_residual(&r, &w[W_O], fw->att.buf, N, R->post_attn, cf->eps);
-        r.role = GEIST_ROLE_FFN_UP;
         /* gate and up as one product when they lie back to back (GGUF's order), the FFN norm
          * and the activation inside it (MV_GATED: each workgroup holds 4 gate rows and their up
          * rows), into up's scratch, then down making its 8-bit rows of those (decode-size
@@ -1846,25 +1902,37 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         const bool fuse_ffn = wg->buf == wu->buf && wg->type == wu->type && wg->n_in == wu->n_in &&
                               wg->n_out == wu->n_out && wg->n_out == nff && act_fmt(wg->type) >= 0 &&
                               act_fmt(wdn->type) >= 0 && wg->row0 == 0 && wu->row0 == 0 &&
-                              fused_fits(&r, wg, fw->x.buf, N) &&
+                              fused_fits(&r, wg, r.res, N) &&
                               fused_fits(&r, wdn, fw->up.buf, N) &&
                               fw->n_norm < (1u << 24);
+        /* O's post-norm deferred into the gated product's norm where that is a fast product;
+         * the FFN's into the next layer's Q, K and V (or settled there) */
+        r.role = GEIST_ROLE_ATTN_OUT;
+        rec_residual(&r, &w[W_O], fw->att.buf, N, R->post_attn, cf->eps,
+                     fuse_ffn && fast_fits(&r, wg, r.res, N));
+        r.role = GEIST_ROLE_FFN_UP;
         if (fuse_ffn) {
-            rec_mv_gated(&r, wg, wu, fw->x.buf, fw->up.buf, N,
+            const bool took_o = r.pend != NO_NORM;
+            rec_mv_gated(&r, wg, wu, r.res, fw->up.buf, N,
                          MV_NORM | (cf->act == GT_ACT_GELU_TANH ? MV_GELU : 0), R->ffn_norm);
+            if (took_o) {
+                r.res = res_other(&r);
+                r.pend = NO_NORM;
+            }
             r.role = GEIST_ROLE_FFN_DOWN;
             if (R->post_ffn == NO_NORM)
-                rec_mv_fused(&r, wdn, fw->up.buf, fw->x.buf, N, MV_ACC, 0, 0, 0); /* x += ffn */
+                rec_mv_fused(&r, wdn, fw->up.buf, r.res, N, MV_ACC, 0, 0, 0); /* x += ffn */
             else
-                rec_residual(&r, wdn, fw->up.buf, N, R->post_ffn, cf->eps);
+                rec_residual(&r, wdn, fw->up.buf, N, R->post_ffn, cf->eps, r.fast);
             continue;
         }
+        settle(&r, d, cf->eps); /* (O defers only into the fused path's gated product) */
         const int gf = fused_fmt(&r, d, &w[W_GATE], &w[W_UP], NULL);
         if (gf >= 0) /* the norm straight into gate and up's 8-bit rows */
-            rec_quant_fused(&r, fw->x.buf, 0, fw->xn.buf, d, N, gf, QF_NORM, R->ffn_norm, cf->eps,
+            rec_quant_fused(&r, r.res, 0, fw->xn.buf, d, N, gf, QF_NORM, R->ffn_norm, cf->eps,
                             0);
         else
-            rec_norm(&r, fw->x.buf, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);
+            rec_norm(&r, r.res, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);
         rec_matvec(&r, &w[W_GATE], fw->xn.buf, fw->gate.buf, N, false);
         rec_matvec(&r, &w[W_UP], fw->xn.buf, fw->up.buf, N, false);
         r.role = GEIST_ROLE_FFN_ACT;
@@ -1878,11 +1946,12 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
             dispatch(&r, P_ACT, b, pc, sizeof pc, (N * nff + 63) / 64);
         }
         r.role = GEIST_ROLE_FFN_DOWN;
-        rec_residual(&r, &w[W_DOWN], fw->gate.buf, N, R->post_ffn, cf->eps);
+        rec_residual(&r, &w[W_DOWN], fw->gate.buf, N, R->post_ffn, cf->eps, false);
     }
     r.role = GEIST_ROLE_OUTPUT;
+    settle(&r, d, cf->eps);
     if (n_lg > 0) {
-        rec_norm(&r, fw->x.buf, fw->xn.buf, (uint32_t)n_lg, d, fw->out_norm, gather_at, cf->eps,
+        rec_norm(&r, r.res, fw->xn.buf, (uint32_t)n_lg, d, fw->out_norm, gather_at, cf->eps,
                  false);
         for (int32_t i = 0; i < fw->n_out; i++) /* the output's parts: rows row0.. of y */
             rec_matvec(&r, &fw->out[i], fw->xn.buf, fw->lg.buf, (uint32_t)n_lg, false);

@@ -16,31 +16,42 @@
 // (bits 8-19 the head dim, 20-31 n_rot, cos/sin at binding 5 from word 5); 16 x is the
 // residual stream, RMS-normalized here with the norm vector at float type >> 8 of binding 4;
 // 32 gate and up in one product (slot 0 gate row i from w_off, slot 1 up row i from y_off,
-// y[i] = act(gate) * up; 64 GELU, else SiLU). On the H100 (session 23) the same code with a
+// y[i] = act(gate) * up; 64 GELU, else SiLU). PEND (a specialization constant, vk_forward.c's
+// P_MVFAST_PEND; 0 in P_MVFAST, which then runs as before): bit 16's residual is x + norm(o) *
+// post, a post-norm deferred (rec_residual's defer), o its product at binding 6, post the
+// vector at float post_at of binding 4; made here before the norm as normfast.comp would have
+// (o's scale, then x + (o * scale) * post) into shared memory (PEND floats, at least n_in) and
+// written to binding 7 by workgroup 0 where post_write (the first product taking it). On the H100 (session 23) the same code with a
 // loop over up to 8 rows of several sessions was slower than matvec.comp's batched path; so were
 // x staged in shared memory, the units 4 at a time, and a whole block of 32 (or 64 values of a
 // super-block) a lane with all its loads at once (docs/VULKAN.md "Fast products").
 layout(local_size_x = 64) in;
+layout(constant_id = 0) const uint PEND = 0u;
 layout(constant_id = 1) const float NORM_EPS = 1e-5;
 layout(std430, binding = 0) readonly buffer Wb { uint W[]; };
 layout(std430, binding = 2) readonly buffer Xb { float X[]; };
 layout(std430, binding = 3) buffer Yb { float Y[]; };
 layout(std430, binding = 4) readonly buffer Nb { float NW[]; };
 layout(std430, binding = 5) readonly buffer Ib { float IN[]; };
+layout(std430, binding = 6) readonly buffer Ob { float PO[]; }; // the deferred post-norm's product
+layout(std430, binding = 7) writeonly buffer Rb { float XR[]; }; // the residual with it added
 layout(push_constant) uniform P {
-    uint w_off, type, n_in, row_bytes, n_out, n_tok, ldy, accumulate, y_off;
+    uint w_off, type, n_in, row_bytes, n_out, n_tok, ldy, accumulate, y_off, post_at, post_write;
 } p;
 #include "common.glsl"
 shared float part[64]; // the lanes' sums
 shared float ys[2];    // bits 3 and 5: the two rows' outputs
+shared float xsh[PEND + 1u]; // PEND: the residual with the deferred post-norm's product added
 
 uint wtype, nw0;
 bool normed;
 float nscale;
 
+// activation i (PEND: the residual with the deferred post-norm's product, staged)
+float xr(uint i) { return PEND > 0u ? xsh[i] : X[i]; }
 // 4 consecutive activations from value i (i % 4 == 0), normalized when bit 4
 vec4 xs(uint i) {
-    vec4 v = vec4(X[i], X[i + 1u], X[i + 2u], X[i + 3u]);
+    vec4 v = vec4(xr(i), xr(i + 1u), xr(i + 2u), xr(i + 3u));
     if (normed) v *= nscale * vec4(NW[nw0 + i], NW[nw0 + i + 1u], NW[nw0 + i + 2u], NW[nw0 + i + 3u]);
     return v;
 }
@@ -122,9 +133,25 @@ void main() {
     uint r = gated ? wg : 2u * wg + slot; // the output value (gated: gate slot 0, up slot 1)
     bool valid = r < n_rows;
     uint row = (gated && slot == 1u ? p.y_off : p.w_off) + (valid ? r : 0u) * p.row_bytes;
+    if (PEND > 0u) { // the deferred post-norm: o's scale as normfast.comp's, then the residual
+        float s = 0.0;
+        for (uint i = lid; i < p.n_in; i += 64u) s += PO[i] * PO[i];
+        part[lid] = s;
+        barrier();
+        s = 0.0;
+        for (uint l = 0u; l < 64u; l++) s += part[l];
+        float ps = inversesqrt(s / float(p.n_in) + NORM_EPS);
+        bool put = p.post_write != 0u && wg == 0u;
+        for (uint i = lid; i < p.n_in; i += 64u) {
+            float v = X[i] + PO[i] * ps * NW[p.post_at + i];
+            xsh[i] = v;
+            if (put) XR[i] = v;
+        }
+        barrier(); // (every lane has read the partials; the residual staged)
+    }
     if (normed) { // the row's scale 1 / sqrt(mean(x^2) + eps), over the whole workgroup
         float s = 0.0;
-        for (uint i = lid; i < p.n_in; i += 64u) s += X[i] * X[i];
+        for (uint i = lid; i < p.n_in; i += 64u) s += xr(i) * xr(i);
         part[lid] = s;
         barrier();
         s = 0.0;
