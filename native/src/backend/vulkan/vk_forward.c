@@ -735,8 +735,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         const VkResult r = gt_vk_pipeline_make(c, s, fw->pl, &spec, lanes, &fw->pipe[p]);
         /* the fast mode's attention and norms are optional: where a driver cannot build them
          * (a required subgroup size its compiler refuses, say) the exact ones run (pipe stays
-         * VK_NULL_HANDLE, which run_pass and rec_norm check; geist bench says which ran) */
-        if (r != VK_SUCCESS && (p == P_ATTN_FAST || p == P_NORM_FAST)) continue;
+         * VK_NULL_HANDLE, which run_pass and rec_norm check; geist bench says which ran); so is
+         * P_MVFAST_PEND (rec_residual then runs each post-norm as its own dispatch) */
+        if (r != VK_SUCCESS && (p == P_ATTN_FAST || p == P_NORM_FAST || p == P_MVFAST_PEND))
+            continue;
         if (r != VK_SUCCESS)
             return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot build pipeline %s (%d)",
                            s->name, (int)r);
