@@ -148,34 +148,10 @@ STUBS: dict[str, list[tuple[str, str, str]]] = {
                         "    uint c = gl_WorkGroupID.x % p.n_split,")],
     "attnfast_u2": [(SH + "vulkan_only/attnfast.comp", "#define U 4u", "#define U 2u")],
     "attnfast_u8": [(SH + "vulkan_only/attnfast.comp", "#define U 4u", "#define U 8u")],
-    # a variant, not a stub (session 26; the same bits): in steps of 2-8 tokens on a GPU, a
-    # P_MATVEC8 product of fewer than 128 workgroups takes a workgroup a token (accumulate bit
-    # 7), its tokens no longer one after another behind each weight load (docs/VULKAN.md, "A
-    # workgroup a token": on every product it made Gemma 3's batched down and O 2.4x faster and
-    # the rest slower)
-    "mv_tok1_few": [
-        (SH + "matvec.comp",
-         "    uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x, "
-         "lid = gl_LocalInvocationID.x;\n",
-         "    uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x, "
-         "lid = gl_LocalInvocationID.x;\n"
-         "    uint tb = 0u, te = p.n_tok;\n"
-         "    if (ROWS8 == 1u && (p.accumulate & 128u) != 0u) {\n"
-         "        uint nrg = (p.n_out + 7u) / 8u;\n"
-         "        tb = wg / nrg;\n        te = tb + 1u;\n        wg -= tb * nrg;\n    }\n"),
-        (SH + "matvec.comp",
-         "    for (uint t0 = 0u; t0 < p.n_tok; t0 += NT) {\n"
-         "        uint nt = min(NT, p.n_tok - t0);",
-         "    for (uint t0 = tb; t0 < te; t0 += NT) {\n        uint nt = min(NT, te - t0);"),
-        (VK, "        dispatch(r, P_MATVEC8, b, pc, 9 * sizeof pc[0], (w->n_out + 7) / 8);",
-         "        {\n            uint32_t pt[9], k = r->wide && n_tok > 1 && n_tok <= 8 && "
-         "(w->n_out + 7) / 8 < 128 && (pc[7] & 34u) != 34u ? n_tok : 1u;\n"
-         "            memcpy(pt, pc, sizeof pt);\n            if (k > 1) pt[7] |= 128u;\n"
-         "            dispatch(r, P_MATVEC8, b, pt, sizeof pt, k * ((w->n_out + 7) / 8));\n"
-         "        }")],
     # fast passes with rmsnorm.comp's exact norms, not normfast.comp (what the latter saves)
-    "normfast_off": [(VK, "const bool fast = r->fast && r->fw->pipe[P_NORM_FAST] != "
-                          "VK_NULL_HANDLE;", "const bool fast = false;")],
+    "normfast_off": [(VK, "const bool fast = (r->fast || r->fast_attn) && "
+                          "r->fw->pipe[P_NORM_FAST] != VK_NULL_HANDLE;",
+                      "const bool fast = false;")],
 }
 
 

@@ -887,7 +887,9 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     if (od > wide) wide = od;
     const struct { vbuf *b; uint64_t bytes; int kind; } want[] = {
         {&fw->x, R * d * F, VB_DEVICE},     {&fw->xn, R * d * F, VB_DEVICE},
-        {&fw->x2, R * d * F, VB_DEVICE},
+        /* the residual's second buffer: one row (a post-norm is deferred only in passes of
+         * one row), where P_MVFAST_PEND was made (the pipelines come before the scratch) */
+        {&fw->x2, fw->pipe[P_MVFAST_PEND] ? d * F : 16, VB_DEVICE},
         {&fw->q, R * qd * F, VB_DEVICE},    {&fw->k, R * kd * F, VB_DEVICE},
         {&fw->v, R * vd * F, VB_DEVICE},    {&fw->att, R * od * F, VB_DEVICE},
         {&fw->o, R * d * F, VB_DEVICE},
