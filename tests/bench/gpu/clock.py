@@ -6,7 +6,7 @@ read into JSON: per kernel and mark, the records, the mean SM cycles and device-
 NVIDIA) since the workgroup's start, and the mean cycles since its previous mark (that step's own
 cost); then each step in microseconds (the SM clock's rate from the device clock's ticks).
 
-    python3 .dev-gpu/clock.py OUT.json CLOCK.so [--model NAME=PATH ...] [--tg N]
+    python3 .dev-gpu/clock.py OUT.json CLOCK.so [--model NAME=PATH ...] [--tg N] [--fast]
 
 Run there with the kit's environment (as roles.py); here with --model on lavapipe (whose clocks
 are the CPU's: only a check that the instrument works). The clock build's kernels compute what
@@ -28,9 +28,9 @@ _binding.load_library(sys.argv[1])
 from geist.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
     main(["bench", sys.argv[2], "--backend", "vulkan", "--pp", "16", "--tg", sys.argv[3],
-          "--runs", "1"])
+          "--runs", "1"] + sys.argv[4:])
 """
-LINE = re.compile(r"geist clock: 0x([0-9a-f]{2}) (.{20}) (.{24}) n +(\d+) +cycles +([\d.]+) +"
+LINE = re.compile(r"geist clock: 0x([0-9a-f]{2,3}) (.{20}) (.{24}) n +(\d+) +cycles +([\d.]+) +"
                   r"ticks +([\d.]+) +step +([\d.]+)")
 
 
@@ -64,13 +64,16 @@ def main() -> None:
     ap.add_argument("--model", action="append", metavar="NAME=PATH",
                     help="instead of the kit's stand-ins (a local run on lavapipe, say)")
     ap.add_argument("--tg", type=int, default=128)
+    ap.add_argument("--fast", action="store_true",
+                    help="geist bench --fast: the fast products, attention and norms (session 28)")
     a = ap.parse_args()
     models = dict(m.split("=", 1) for m in a.model) if a.model else MODELS
     res: dict[str, Any] = {}
     for name, path in models.items():
         try:
-            r = subprocess.run([sys.executable, "-c", CODE, a.lib, path, str(a.tg)],
-                               capture_output=True, text=True, timeout=280)
+            cmd = [sys.executable, "-c", CODE, a.lib, path, str(a.tg)]
+            cmd += ["--fast"] if a.fast else []
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=280)
         except subprocess.TimeoutExpired:
             res[name] = {"rc": "timeout after 280 s"}
             print(f"== {name}: timeout after 280 s")

@@ -244,8 +244,11 @@ study() {  # [--budget S] [part ...]
                        || log "study: tests failed or stopped"
                    tail -15 "$out/tests.txt" ;;
             clock) if [ -f "$KIT/var/gpuclock.so" ]; then
+                       # var/clock.args: clock.py's further arguments (--fast), a line
+                       local cargs=()
+                       [ -f "$KIT/var/clock.args" ] && read -ra cargs < "$KIT/var/clock.args"
                        timeout -k 10 "$left" python3 "$KIT/clock.py" "$out/clock.json" \
-                           "$KIT/var/gpuclock.so" || log "study: clock failed or stopped"
+                           "$KIT/var/gpuclock.so" "${cargs[@]}" || log "study: clock failed or stopped"
                    else log "study: no var/gpuclock.so (pack.sh after scons gpu_clock=1)"; fi ;;
             roles) timeout -k 10 "$left" python3 "$KIT/roles.py" "$out/roles.json" "$lib" "${stubs[@]}" \
                        || log "study: roles failed or stopped" ;;

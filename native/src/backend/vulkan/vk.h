@@ -49,6 +49,7 @@ typedef struct gt_vk_fns {
     PFN_vkCreateFence CreateFence;
     PFN_vkDestroyFence DestroyFence;
     PFN_vkWaitForFences WaitForFences;
+    PFN_vkGetFenceStatus GetFenceStatus;
     PFN_vkResetFences ResetFences;
     PFN_vkGetMemoryHostPointerPropertiesEXT GetMemoryHostPointerPropertiesEXT;
     /* the forward pass (vk_forward.c) */
@@ -138,6 +139,11 @@ void gt_vk_ctx_free(gt_vk_ctx *c);
 /* cb submitted alone on the context's queue (under queue_lock) with `fence` (reset first), and
  * waited for: the first failing call's result, else VK_SUCCESS. */
 VkResult gt_vk_submit_wait(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence);
+/* The same for a command buffer expected to take about expect_ns (0: unknown, as above): the
+ * driver's wait sleeps through most of it and the fence is polled for the rest, so that the
+ * host learns of the end within microseconds, not a sleeping thread's wake-up later (a decode
+ * step of a small model on a GPU is about a millisecond: the wake-up was 8-15 % of it). */
+VkResult gt_vk_submit_wait_for(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence, uint64_t expect_ns);
 
 /* A memory type index with all of `want` among the bits of `types`, or -1. */
 int32_t gt_vk_memory_type(const gt_vk_ctx *c, uint32_t types, VkMemoryPropertyFlags want);
@@ -214,7 +220,7 @@ typedef struct gt_vk_clock {
     /* per mark id: records, and sums of its time since the workgroup's start (cycles, device
      * clock ticks) and since the workgroup's previous mark (cycles); decode passes counted,
      * other passes skipped, workgroups past the buffer not marked, marks past a block's 15 */
-    uint64_t passes, skipped, dropped, lost, n[256], cyc[256], ticks[256], step[256];
+    uint64_t passes, skipped, dropped, lost, n[512], cyc[512], ticks[512], step[512];
 } gt_vk_clock;
 geist_status gt_vk_clock_init(gt_vk_ctx *c, gt_vk_clock *k, gt_err *err); /* no-op once made */
 void gt_vk_clock_begin(gt_vk_ctx *c, const gt_vk_clock *k, VkCommandBuffer cb); /* a pass's start */

@@ -112,7 +112,7 @@ void gt_vk_clock_collect(gt_vk_clock *k, bool decode) {
         const uint32_t nr = blk[0] < 15 ? blk[0] : 15;
         k->lost += blk[0] - nr;
         for (uint32_t r = 0; r < nr; r++) {
-            const uint32_t *rec = blk + 1 + 4 * r, id = rec[0] & 255u;
+            const uint32_t *rec = blk + 1 + 4 * r, id = rec[0] & 511u;
             k->n[id]++;
             k->cyc[id] += rec[1];
             k->ticks[id] += rec[2];
@@ -121,13 +121,14 @@ void gt_vk_clock_collect(gt_vk_clock *k, bool decode) {
     }
 }
 
-/* mark names by the kernel's family (id >> 4) and the mark (id & 15), clock.glsl's includers */
+/* mark names by the kernel's family (id >> 4) and the mark (id & 15), clock.glsl's includers;
+ * families 16-17 the Vulkan-only kernels */
 static const char *family(uint32_t f) {
     static const char *const names[] = {
         "?", "attn", "attn_part", "attn_fresh", "attn_part_fresh", "attn_grp", "attn_part_grp",
         "attn_fresh_grp", "attn_part_fresh_grp", "matvec", "matvec rows8=1", "matvec rows8=2",
-        "quant", "quant_fused", "rmsnorm", "argmax"};
-    return names[f & 15u];
+        "quant", "quant_fused", "rmsnorm", "argmax", "mvfast", "attnfast"};
+    return f < sizeof names / sizeof names[0] ? names[f] : "?";
 }
 static const char *mark(uint32_t f, uint32_t m) {
     static const char *const attn[16] = {
@@ -142,6 +143,13 @@ static const char *mark(uint32_t f, uint32_t m) {
                                        "", "", "", "", "", "", ""};
     static const char *const am[16] = {"start", "", "", "", "a part's best", "the row's id", "",
                                        "", "", "", "", "", "", "", "", ""};
+    static const char *const mf[16] = {"start", "residual staged", "norm scale", "lane sums",
+                                       "row sums", "written", "", "", "", "", "", "", "", "", "", ""};
+    static const char *const af[16] = {"start", "prologue", "rounds", "outputs (one chunk)",
+                                       "partials counted", "merged", "", "", "", "", "", "", "",
+                                       "", "", ""};
+    if (f == 16) return mf[m & 15u];
+    if (f == 17) return af[m & 15u];
     if (f >= 1 && f <= 8) return attn[m & 15u];
     if (f >= 9 && f <= 11) return mv[m & 15u];
     if (f == 14) return rn[m & 15u];
@@ -157,7 +165,7 @@ void gt_vk_clock_report(const gt_vk_clock *k, FILE *out) {
             "its previous mark (cycles)\n",
             (unsigned long long)k->passes, (unsigned long long)k->skipped,
             (unsigned long long)k->dropped, (unsigned long long)k->lost);
-    for (uint32_t id = 0; id < 256; id++) {
+    for (uint32_t id = 0; id < 512; id++) {
         if (!k->n[id]) continue;
         const double n = (double)k->n[id];
         fprintf(out, "geist clock: 0x%02x %-20s %-24s n %10llu  cycles %10.1f  ticks %10.1f  "

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "vk.h"
 
@@ -396,7 +397,20 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
     return GEIST_OK;
 }
 
-VkResult gt_vk_submit_wait(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence) {
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The host's part of a wait for a known command buffer: it sleeps in the driver's wait until
+ * WAKE_EARLY_NS before the expected end (a sleeping thread wakes tens of microseconds late:
+ * timer slack, the scheduler), then polls the fence at most POLL_MAX_NS (past that, something
+ * else holds the GPU: the driver's wait again). A step of unknown length only sleeps. */
+#define WAKE_EARLY_NS 150000u
+#define POLL_MAX_NS 500000u
+
+VkResult gt_vk_submit_wait_for(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence, uint64_t expect_ns) {
     const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
                              .pCommandBuffers = &cb};
     VkResult r = c->f.ResetFences(c->dev, 1, &fence);
@@ -405,5 +419,21 @@ VkResult gt_vk_submit_wait(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence) {
     r = c->f.QueueSubmit(c->queue, 1, &si, fence);
     pthread_mutex_unlock(&c->queue_lock);
     if (r != VK_SUCCESS) return r;
+    /* on a CPU device (lavapipe) the step runs on the host's cores: polling would take one */
+    if (expect_ns > 0 && c->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU) {
+        if (expect_ns > 2 * WAKE_EARLY_NS) {
+            r = c->f.WaitForFences(c->dev, 1, &fence, VK_TRUE, expect_ns - WAKE_EARLY_NS);
+            if (r != VK_TIMEOUT) return r;
+        }
+        const uint64_t until = mono_ns() + POLL_MAX_NS;
+        do {
+            r = c->f.GetFenceStatus(c->dev, fence);
+            if (r != VK_NOT_READY) return r;
+        } while (mono_ns() < until);
+    }
     return c->f.WaitForFences(c->dev, 1, &fence, VK_TRUE, UINT64_MAX);
+}
+
+VkResult gt_vk_submit_wait(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence) {
+    return gt_vk_submit_wait_for(c, cb, fence, 0);
 }

@@ -40,6 +40,7 @@
  * The scratch holds NARROW_ROWS rows until a step of more rows comes, then PASS_ROWS. */
 #define PASS_ROWS GT_VK_PASS_ROWS
 #define NARROW_ROWS 64
+#define WAIT_ROWS 16 /* passes of at most this many rows wait as the last of as many took */
 #define LOGIT_ROWS 64 /* rows a pass gives logits or greedy ids of (gt_dev_row's output) */
 #ifdef GEIST_VK_CLOCK
 #define N_BIND 14 /* the clock build: binding 13 its records (shaders/clock.glsl) */
@@ -90,16 +91,27 @@ static uint32_t argmax_parts(uint32_t n_vocab, uint32_t *chunk) {
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
        P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_ARGMAX,
-       P_MVFAST, P_ATTN_FAST, P_NORM_FAST, P_MVFAST_PEND, P_COUNT };
+       P_MVFAST, P_ATTN_FAST, P_NORM_FAST, P_MVFAST_PEND, P_MVT, P_COUNT = P_MVT + 2 * 6 };
+/* P_MVT + 2 i (+ 1: PEND): P_MVFAST (P_MVFAST_PEND) made for the weights of type k_mvt_types[i]
+ * alone (mvfast.comp's specialization constant TYPE: its unpacking without a branch on the type,
+ * so that the compiler can overlap one unit's loads with the next's), for the types the model's
+ * layers have; P_MVFAST itself serves any other */
+static const uint32_t k_mvt_types[6] = {GT_TYPE_Q4_0, GT_TYPE_Q4_1, GT_TYPE_Q5_0, GT_TYPE_Q8_0,
+                                         GT_TYPE_Q4_K, GT_TYPE_Q6_K};
 static const char *const k_pipe_names[P_COUNT] = {
     "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
     "attn_part", "matmul", "matvec", "matmul", "attn_fresh", "attn_part_fresh", "quant_fused",
     "attn_grp", "attn_part_grp", "attn_fresh_grp", "attn_part_fresh_grp", "argmax", "mvfast",
-    "attnfast", "normfast", "mvfast"};
+    "attnfast", "normfast", "mvfast", "mvfast", "mvfast", "mvfast", "mvfast", "mvfast", "mvfast",
+    "mvfast", "mvfast", "mvfast", "mvfast", "mvfast", "mvfast"};
 /* The grouped attention's shared scores (attn_body.glsl's SH_TOTAL under ATTN_GROUP): a
  * dispatch takes the grouped kernels when its rows' positions (a split one's chunk) fit
  * GROUP_SH / attn_group a head, else one workgroup a head (SPLIT_SH) */
 #define GROUP_SH 2048u
+/* mvfast.comp's rows a workgroup (32 lanes a row; its specialization constant 4: the lanes): a
+ * normed product stages its x once a workgroup. Session 28 on the H200, GPU ms a decode token
+ * (Gemma 3 / SmolLM2): 2 rows 1.024 / 1.040, 4 rows 0.986 / 1.016, 8 rows 0.974 / 1.000 */
+#define MVF_ROWS 8u
 /* P_MVFAST_PEND's staged residual: rows of at most this many values (16 KiB of shared memory) */
 #define PEND_MAX 4096u
 #define GROUP_MAX 4u /* attn_body.glsl's GMAX */
@@ -216,6 +228,8 @@ typedef struct gt_vk_fwd {
     uint64_t *ts;     /* profiling: the timestamps read back (qp_cap) */
     double ts_ns;     /* nanoseconds per timestamp tick */
     uint64_t ts_mask; /* the valid bits */
+    uint64_t wait_ns[WAIT_ROWS]; /* the last pass of n rows: its submit to its end (the next
+                                  * one's expected time, gt_vk_submit_wait_for) */
     gt_dev_stats stats; /* since the model's load (backend.h) */
 #ifdef GEIST_VK_CLOCK
     gt_vk_clock clk;
@@ -692,10 +706,17 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     bool post_norms = false; /* a layer with a post-norm (Gemma 3): P_MVFAST_PEND's models */
     for (int32_t il = 0; il < vm->model->cfg.n_layer; il++)
         post_norms |= fw->lr[il].post_attn != NO_NORM || fw->lr[il].post_ffn != NO_NORM;
+    bool has_type[6] = {false}; /* the layers' weight types among k_mvt_types */
+    for (int32_t i = 0; i < vm->model->cfg.n_layer * W_PER_LAYER; i++)
+        for (int t = 0; t < 6; t++) has_type[t] |= fw->lw[i].type == k_mvt_types[t];
     for (int p = 0; p < P_COUNT; p++) {
         /* a GPU groups only a prompt's rows (rec_attn): never split (at most SPLIT_ROWS rows)
          * nor fresh (one row a session), so of the grouped kernels only P_ATTN_G is made there */
         const bool grouped = p >= P_ATTN_G && p <= P_ATTN_PART_FRESH_G;
+        if (p >= P_MVT) { /* made after the generic one of its kind, for the types present */
+            const int base = (p - P_MVT) % 2 ? P_MVFAST_PEND : P_MVFAST;
+            if (!fw->pipe[base] || !has_type[(p - P_MVT) / 2]) continue;
+        }
         if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) || (p == P_MVFAST && !c->fast) ||
             (p == P_MVFAST_PEND &&
              (!c->fast || !post_norms || (uint32_t)vm->model->cfg.d_model > PEND_MAX)) ||
@@ -705,24 +726,33 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
             continue; /* left VK_NULL_HANDLE: never dispatched */
         /* the kernel, or its integer-dot-product build where the device takes those */
         char want[32];
-        snprintf(want, sizeof want, "%s%s", k_pipe_names[p], c->int_dot ? "_idot" : "");
+        const bool mvf = p == P_MVFAST || p == P_MVFAST_PEND || p >= P_MVT;
+        /* mvfast.comp's subgroup sums where the device has them (its _sg build) */
+        snprintf(want, sizeof want, "%s%s", k_pipe_names[p],
+                 mvf ? (c->subgroup_min >= 8 ? "_sg" : "") : c->int_dot ? "_idot" : "");
         const gt_vk_spv *s = gt_vk_spv_find(want);
         if (!s) s = gt_vk_spv_find(k_pipe_names[p]);
         if (!s) return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: shader %s is not built in", k_pipe_names[p]);
         /* specialization constants: every kernel's FMA_EXACT (exact.glsl; an id a kernel does
          * not declare is ignored); matvec.comp's ROWS8 (1 or 2) and NORM_EPS (the model's
          * RMSNorm epsilon), matmul.comp's MR and MT (16-row tiles), the grouped attention's GSZ */
-        struct { uint32_t c0, c1; VkBool32 fma; } sv = {0u, 0u, fw->fma ? VK_TRUE : VK_FALSE};
-        const VkSpecializationMapEntry sme[3] = {{14, 8, 4}, {0, 0, 4}, {1, 4, 4}};
+        struct { uint32_t c0, c1; VkBool32 fma; uint32_t c2, c3, c4; } sv = {
+            0u, 0u, fw->fma ? VK_TRUE : VK_FALSE, 255u, 0u, 32u * MVF_ROWS};
+        const VkSpecializationMapEntry sme[6] = {{14, 8, 4}, {0, 0, 4}, {1, 4, 4}, {2, 12, 4},
+                                                 {3, 16, 4}, {4, 20, 4}};
         uint32_t n_sme = 1;
-        if (p == P_MATVEC8 || p == P_MATVEC2 || p == P_MVFAST || p == P_MVFAST_PEND) {
-            /* mvfast.comp's constant 0 is PEND (its staged residual's floats), not ROWS8 */
+        if (p == P_MATVEC8 || p == P_MATVEC2 || mvf) {
+            /* mvfast.comp's constant 0 is PEND (its staged residual's floats), not ROWS8; its 2
+             * the weights' type (255: any), its 3 XN (a normed product's x staged: d_model) */
+            const bool pend = p == P_MVFAST_PEND || (p >= P_MVT && (p - P_MVT) % 2);
             sv.c0 = p == P_MATVEC2 ? 2u
-                    : p == P_MVFAST ? 0u
-                    : p == P_MVFAST_PEND ? (uint32_t)vm->model->cfg.d_model
-                                         : 1u;
+                    : pend ? (uint32_t)vm->model->cfg.d_model
+                    : mvf ? 0u
+                          : 1u;
             memcpy(&sv.c1, &vm->model->cfg.eps, 4);
-            n_sme = 3;
+            if (p >= P_MVT) sv.c2 = k_mvt_types[(p - P_MVT) / 2];
+            if ((uint32_t)vm->model->cfg.d_model <= PEND_MAX) sv.c3 = (uint32_t)vm->model->cfg.d_model;
+            n_sme = mvf ? 6 : 3;
         } else if (p == P_MATMUL16) {
             sv.c0 = 2u, sv.c1 = 1u, n_sme = 3;
         } else if (grouped) {
@@ -737,7 +767,7 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
          * (a required subgroup size its compiler refuses, say) the exact ones run (pipe stays
          * VK_NULL_HANDLE, which run_pass and rec_norm check; geist bench says which ran); so is
          * P_MVFAST_PEND (rec_residual then runs each post-norm as its own dispatch) */
-        if (r != VK_SUCCESS && (p == P_ATTN_FAST || p == P_NORM_FAST || p == P_MVFAST_PEND))
+        if (r != VK_SUCCESS && (p == P_ATTN_FAST || p == P_NORM_FAST || p == P_MVFAST_PEND || p >= P_MVT))
             continue;
         if (r != VK_SUCCESS)
             return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot build pipeline %s (%d)",
@@ -1125,12 +1155,14 @@ static cmd *plan_next(rec *r) {
 static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *pc, uint32_t pcs,
                      uint32_t groups) {
     if (r->failed || groups == 0) return;
-    if (pipe != P_MATVEC && pipe != P_MATVEC8 && pipe != P_MATVEC2 && pipe != P_MATMUL &&
-        pipe != P_MATMUL16 && pipe != P_QUANT && pipe != P_QUANT_FUSED && pipe != P_MVFAST &&
-        pipe != P_MVFAST_PEND)
+    /* a typed fast product is its generic one's kind */
+    const int kind = pipe < P_MVT ? pipe : (pipe - P_MVT) % 2 ? P_MVFAST_PEND : P_MVFAST;
+    if (kind != P_MATVEC && kind != P_MATVEC8 && kind != P_MATVEC2 && kind != P_MATMUL &&
+        kind != P_MATMUL16 && kind != P_QUANT && kind != P_QUANT_FUSED && kind != P_MVFAST &&
+        kind != P_MVFAST_PEND)
         r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
-    const uint32_t wmask = k_writes[pipe] ? k_writes[pipe] : 0xFFu;
-    bool hazard = k_writes[pipe] == 0 || r->force;
+    const uint32_t wmask = k_writes[kind] ? k_writes[kind] : 0xFFu;
+    bool hazard = k_writes[kind] == 0 || r->force;
     for (uint32_t i = 0; i < N_BIND && !hazard; i++) {
         if (!bind[i]) continue;
         const bool written = among(r->wr, r->n_wr, bind[i]);
@@ -1156,7 +1188,7 @@ static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *
         if (wmask & WB(i)) r->wr[r->n_wr++] = bind[i];
         else r->rd[r->n_rd++] = bind[i];
     }
-    r->force = k_writes[pipe] == 0;
+    r->force = k_writes[kind] == 0;
 }
 
 /* the descriptor set for these bindings (unused ones get a placeholder): cached */
@@ -1384,7 +1416,8 @@ static void dispatch_mv8(rec *r, const wref *w, const VkBuffer b[N_BIND], const 
 #define SELFQ_MAX_ROWS 16384u
 
 /* GEIST_DEVICE_FAST: a quantized product of a pass of one row (r->fast) on float activations
- * (mvfast.comp: 2 output rows a workgroup; MV_GATED: a gate row and its up row), with
+ * (mvfast.comp: MVF_ROWS output rows a workgroup; MV_GATED: half as many gate rows and their up
+ * rows; its pipeline made for the weights' type where there is one, P_MVT's), with
  * matvec.comp's in-product steps (bits): MV_ACC, MV_NORM (norm_at), MV_ROPE (hd, n_rot),
  * MV_GATED / MV_GELU (the up rows at up_off). Not cpu_scalar's bits: docs/VULKAN.md "Fast
  * products". Products of more than SELFQ_MAX_ROWS rows (a large vocabulary's output) keep the
@@ -1422,8 +1455,12 @@ static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y, (bits & MV_NORM) ? r->fw->norms.buf : 0,
                                 (bits & MV_ROPE) ? r->fw->in.buf : 0, pend ? r->fw->o.buf : 0,
                                 write ? res_other(r) : 0};
-    dispatch(r, pend ? P_MVFAST_PEND : P_MVFAST, b, pc, sizeof pc,
-             gated ? w->n_out : (w->n_out + 1) / 2);
+    int pipe = pend ? P_MVFAST_PEND : P_MVFAST;
+    for (int t = 0; t < 6; t++) /* the pipeline made for its weights' type, where there is one */
+        if (k_mvt_types[t] == w->type && r->fw->pipe[P_MVT + 2 * t + pend])
+            pipe = P_MVT + 2 * t + pend;
+    const uint32_t rows = gated ? MVF_ROWS / 2 : MVF_ROWS; /* outputs a workgroup */
+    dispatch(r, pipe, b, pc, sizeof pc, (w->n_out + rows - 1) / rows);
     if (write) r->pend_write = false;
 }
 
@@ -2005,7 +2042,9 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         fw->stats.barriers += fw->plan[i].barrier;
     }
     const uint64_t t_sub = now_ns();
-    const VkResult vr = gt_vk_submit_wait(c, fw->cb, fw->fence);
+    /* a pass of few rows (decode) is expected to take what the last of as many rows took */
+    uint64_t *last_ns = n <= WAIT_ROWS ? &fw->wait_ns[n - 1] : NULL;
+    const VkResult vr = gt_vk_submit_wait_for(c, fw->cb, fw->fence, last_ns ? *last_ns : 0);
     if (vr != VK_SUCCESS) {
         fw->cb_valid = false;
         return gt_fail(err, vr == VK_ERROR_DEVICE_LOST ? GEIST_ERR_INTERNAL : GEIST_ERR_OUT_OF_MEMORY,
@@ -2029,6 +2068,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     }
     const uint64_t t_end = now_ns();
     gt_dev_stats *stt = &fw->stats;
+    uint64_t pass_gpu = 0; /* the device's time for the pass, where the queue has timestamps */
     if (fw->qp && c->profile && fw->qp_cap >= r.n + 1 && fw->ts) { /* by role */
         const uint64_t *ts = fw->ts;
         if (c->f.GetQueryPoolResults(c->dev, fw->qp, 0, r.n + 1, (r.n + 1) * sizeof *ts, fw->ts,
@@ -2038,17 +2078,22 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
                 stt->role_ns[role] += (uint64_t)((double)((ts[i + 1] - ts[i]) & fw->ts_mask) * fw->ts_ns);
                 stt->role_calls[role]++;
             }
-            stt->gpu_ns += (uint64_t)((double)((ts[r.n] - ts[0]) & fw->ts_mask) * fw->ts_ns);
+            pass_gpu = (uint64_t)((double)((ts[r.n] - ts[0]) & fw->ts_mask) * fw->ts_ns);
+            stt->gpu_ns += pass_gpu;
             stt->gpu_timed++;
         }
     } else if (fw->qp) {
         uint64_t ts[2];
         if (c->f.GetQueryPoolResults(c->dev, fw->qp, 0, 2, sizeof ts, ts, sizeof ts[0],
                                      VK_QUERY_RESULT_64_BIT) == VK_SUCCESS) {
-            stt->gpu_ns += (uint64_t)((double)((ts[1] - ts[0]) & fw->ts_mask) * fw->ts_ns);
+            pass_gpu = (uint64_t)((double)((ts[1] - ts[0]) & fw->ts_mask) * fw->ts_ns);
+            stt->gpu_ns += pass_gpu;
             stt->gpu_timed++;
         }
     }
+    /* the next pass of as many rows: expected to take the device's time of this one (else the
+     * wait's, which includes the host's wake-up) */
+    if (last_ns) *last_ns = pass_gpu ? pass_gpu : t_done - t_sub;
     stt->passes++;
     stt->rows += (uint64_t)n;
     stt->logit_rows += (uint64_t)(n_lg - n_id);

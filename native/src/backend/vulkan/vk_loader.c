@@ -69,6 +69,7 @@ geist_status gt_vk_load_device(gt_vk_fns *f, VkDevice dev, bool host_import, gt_
     D(MapMemory) D(UnmapMemory) D(CreateCommandPool) D(DestroyCommandPool)
     D(AllocateCommandBuffers) D(BeginCommandBuffer) D(EndCommandBuffer) D(ResetCommandBuffer)
     D(CmdCopyBuffer) D(QueueSubmit) D(CreateFence) D(DestroyFence) D(WaitForFences)
+    D(GetFenceStatus)
     D(ResetFences)
     D(CreateShaderModule) D(DestroyShaderModule) D(CreateDescriptorSetLayout)
     D(DestroyDescriptorSetLayout) D(CreatePipelineLayout) D(DestroyPipelineLayout)

@@ -4,7 +4,7 @@
 // clock_start() lane 0 of each workgroup takes a block of 64 words of the records buffer (binding
 // 13, device-local: word 0 counts the blocks taken, block b at 64 (b + 1)), with its one atomic
 // before the start's clock read; each mark then writes a record into the block, without atomics:
-// the mark's id and the workgroup, the SM's cycles and the device clock's ticks
+// the mark's id (9 bits) and the workgroup, the SM's cycles and the device clock's ticks
 // (VK_KHR_shader_clock: subgroup and device scope) since the start, and the SM's cycles since the
 // previous mark (the step's own cost, whatever marks other paths skip); the block's word 0 says
 // how many marks it reached (records: the first 15). In every other build the marks are nothing (and the kernels declare no
@@ -33,7 +33,7 @@ void clock_mark(uint id) {
     uvec2 c = clock2x32ARB(), r = clockRealtime2x32EXT();
     if (clk_n < 15u) { // the block's room; later marks only counted (the host reports them lost)
         uint at = clk_at + 1u + 4u * clk_n;
-        CLK[at] = id | (min(gl_WorkGroupID.x, 0xFFFFFFu) << 8);
+        CLK[at] = id | (min(gl_WorkGroupID.x, 0x7FFFFFu) << 9);
         CLK[at + 1u] = c.x - clk_c0.x;
         CLK[at + 2u] = r.x - clk_r0.x;
         CLK[at + 3u] = c.x - clk_prev;

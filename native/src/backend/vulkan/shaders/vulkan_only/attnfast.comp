@@ -56,6 +56,8 @@ layout(push_constant) uniform P {
 } p;
 #include "f16.glsl"
 #include "exact.glsl"
+#include "clock.glsl"
+#define AF_MARK(pt) clock_mark(0x110u + (pt))
 
 shared float qs[256];   // the row's query head: normed, rotated
 shared float kcur[256]; // its K head as the cache holds it (normed, rotated, rounded)
@@ -149,6 +151,8 @@ void quant_out(uint rh, uint lid) { // row-head rh's values in qs: every lane (b
 }
 
 void main() {
+    clock_start();
+    AF_MARK(0u);
     uint c = gl_WorkGroupID.x % p.n_split, h = gl_WorkGroupID.x / p.n_split;
     uint t = p.row0, lid = gl_LocalInvocationID.x;
     f_pos = IN[4u * t + 1u];
@@ -216,6 +220,7 @@ void main() {
     // the row's K and V at its slot, by chunk 0 of the KV head's first query head (no
     // workgroup of this dispatch reads them back)
     if (h % grp == 0u && c == 0u) store_row_kv(g, lid, 128u);
+    AF_MARK(1u);
 
     // Each subgroup: U positions a round (its rounds nsg U apart), a running maximum m, sum l
     // and unnormalized output pairs o.
@@ -252,6 +257,7 @@ void main() {
         m = mn;
     }
 
+    AF_MARK(2u);
     // the workgroup's subgroups merged: M its maximum, L its sum, its outputs rescaled to M
     if (sl == 0u) {
         msh[sg] = m;
@@ -280,6 +286,7 @@ void main() {
     }
     if (rnc == 1u) {
         if (p.qout != 0u) quant_out(rh, lid);
+        AF_MARK(3u);
         return;
     }
 
@@ -292,18 +299,38 @@ void main() {
     barrier();
     if (lid == 0u) last = atomicAdd(CNT[rh], 1u) == rnc - 1u ? 1u : 0u;
     barrier();
+    AF_MARK(4u);
     if (last == 0u) return; // the whole workgroup
     memoryBarrierBuffer();
+    // the chunks' maxima and sums read a chunk a lane (at most MAX_SPLIT, 64), their weights
+    // exp(M_c - M) into shared memory; then each value's chunks 4 at a time, every load at once
     uint base = rh * p.sp_stride * (p.hv + 2u), st = p.hv + 2u;
-    float MM = -1.0 / 0.0, LL = 0.0;
-    for (uint cc = 0u; cc < rnc; cc++) MM = max(MM, S[base + cc * st]);
-    for (uint cc = 0u; cc < rnc; cc++) LL += S[base + cc * st + 1u] * exp(S[base + cc * st] - MM);
+    float mc = lid < rnc ? S[base + lid * st] : -1.0 / 0.0;
+    float lc = lid < rnc ? S[base + lid * st + 1u] : 0.0;
+    if (lid < 64u) kcur[lid] = mc;
+    barrier();
+    float MM = -1.0 / 0.0;
+    for (uint cc = 0u; cc < rnc; cc++) MM = max(MM, kcur[cc]);
+    barrier(); // (every lane has read the maxima)
+    float wc = lid < rnc ? exp(mc - MM) : 0.0;
+    if (lid < 64u) {
+        kcur[lid] = wc;
+        kcur[64u + lid] = lc * wc;
+    }
+    barrier();
+    float LL = 0.0;
+    for (uint cc = 0u; cc < rnc; cc++) LL += kcur[64u + cc];
     for (uint i = lid; i < p.hv; i += 128u) {
         float acc = 0.0;
-        for (uint cc = 0u; cc < rnc; cc++) acc += S[base + cc * st + 2u + i] * exp(S[base + cc * st] - MM);
+        for (uint c4 = 0u; c4 < rnc; c4 += 4u) {
+            float v[4];
+            for (uint u = 0u; u < 4u; u++) v[u] = S[base + min(c4 + u, rnc - 1u) * st + 2u + i];
+            for (uint u = 0u; u < 4u; u++) acc += c4 + u < rnc ? v[u] * kcur[c4 + u] : 0.0;
+        }
         O[rh * p.hv + i] = acc / LL;
         if (p.qout != 0u) qs[i] = acc / LL;
     }
     if (lid == 0u) CNT[rh] = 0u; // for the next layer's and step's chunks
     if (p.qout != 0u) quant_out(rh, lid);
+    AF_MARK(5u);
 }

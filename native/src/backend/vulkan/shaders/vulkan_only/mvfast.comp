@@ -1,33 +1,47 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#ifdef MV_SG
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 // The fast products (GEIST_DEVICE_FAST: vk_forward.c's rec_mvfast): y = W x for a step of one row
-// (one session's decode) on float activations, the quantized weights
-// unpacked to floats on the fly and summed in the device's own order with its own arithmetic.
-// Not cpu_scalar's bits (that one makes 8-bit activations and exact integer block sums; matvec.comp
-// keeps them): the logits stay within a tolerance (tests/core/test_vulkan_forward.py's FAST_RTOL).
-// Why: at decode a product's workgroups are latency-bound chains, and the 8-bit rows made in
-// every workgroup (a load, a maximum across lanes, correctly rounded divisions, an f16 rounding,
-// round after round) and the float-float norm before them were a third of a decode token on the
-// H100 (docs/VULKAN.md). Here a workgroup's chain is: the norm's sum of squares (when fused), one
-// pass over the row with every lane's loads independent, one sum across the row's 32 lanes.
-// Two output rows a workgroup of 64 lanes, 32 lanes a row, a lane taking units of 8 values (two
-// runs of 4 consecutive ones) of the row. The same push constants and `accumulate` bits as
-// matvec.comp's in-product steps: 1 y += (else y =); 8 rotate output pairs (2i, 2i + 1) of heads
-// (bits 8-19 the head dim, 20-31 n_rot, cos/sin at binding 5 from word 5); 16 x is the
-// residual stream, RMS-normalized here with the norm vector at float type >> 8 of binding 4;
-// 32 gate and up in one product (slot 0 gate row i from w_off, slot 1 up row i from y_off,
-// y[i] = act(gate) * up; 64 GELU, else SiLU). PEND (a specialization constant, vk_forward.c's
-// P_MVFAST_PEND; 0 in P_MVFAST, which then runs as before): bit 16's residual is x + norm(o) *
-// post, a post-norm deferred (rec_residual's defer), o its product at binding 6, post the
-// vector at float post_at of binding 4; made here before the norm as normfast.comp would have
-// (o's scale, then x + (o * scale) * post) into shared memory (PEND floats, at least n_in) and
-// written to binding 7 by workgroup 0 where post_write (the first product taking it). On the H100 (session 23) the same code with a
-// loop over up to 8 rows of several sessions was slower than matvec.comp's batched path; so were
-// x staged in shared memory, the units 4 at a time, and a whole block of 32 (or 64 values of a
-// super-block) a lane with all its loads at once (docs/VULKAN.md "Fast products").
-layout(local_size_x = 64) in;
+// (one session's decode) on float activations, the quantized weights unpacked to floats on the
+// fly and summed in the device's own order with its own arithmetic. Not cpu_scalar's bits (that
+// one makes 8-bit activations and exact integer block sums; matvec.comp keeps them): the logits
+// stay within a tolerance (tests/core/test_vulkan_forward.py's FAST_RTOL). Why: at decode a
+// product's workgroups are latency-bound chains (docs/VULKAN.md "Fast products").
+// ROWS output rows a workgroup (the specialization constant 4: its lanes, 32 a row; vk_forward.c's
+// MVF_ROWS, 8), a lane taking units of 8 values (two runs of 4 consecutive ones) of its row, two
+// units a round. A workgroup's chain (session 28, measured with the in-kernel clock):
+// - its rows' weights touched first, a word of each 32-byte sector, so that they come from memory
+//   while the norm runs;
+// - a normed product (bit 16) stages its x once, normalized, in shared memory (XN, the constant
+//   3: d_model): a lane's runs of 4 values loaded at once, two subgroup sums (MV_SG, the _sg
+//   build; else a sum over shared memory); more rows a workgroup read it fewer times (Gemma 3's
+//   2,048 gate/up workgroups of 2 rows read their residual 3 times each);
+// - the units' weights unpacked for the type the pipeline was made for (TYPE, the constant 2:
+//   no branch on the type between one unit's loads and the next's; 255: p.type's);
+// - a row's 32 lanes summed in one subgroup sum where subgroups are 32 lanes.
+// The same push constants and `accumulate` bits as matvec.comp's in-product steps: 1 y += (else
+// y =); 8 rotate output pairs (2i, 2i + 1) of heads (bits 8-19 the head dim, 20-31 n_rot, cos/sin
+// at binding 5 from word 5); 16 x is the residual stream, RMS-normalized here with the norm
+// vector at float type >> 8 of binding 4; 32 gate and up in one product (an even slot's gate row
+// i from w_off, the odd slot after it up row i from y_off, y[i] = act(gate) * up; 64 GELU, else
+// SiLU). PEND (the constant 0, vk_forward.c's P_MVFAST_PEND; 0 in P_MVFAST): bit 16's residual is
+// x + norm(o) * post, a post-norm deferred (rec_residual's defer), o its product at binding 6,
+// post the vector at float post_at of binding 4, made before the norm as normfast.comp would
+// have (o's scale, then x + (o * scale) * post) and written to binding 7 by workgroup 0 where
+// post_write (the first product taking it). Tried and not kept (docs/VULKAN.md): loops over up to
+// 8 rows of several sessions (session 23), a whole block of 32 a lane.
+layout(local_size_x = 64, local_size_x_id = 4) in;
+const uint LANES = gl_WorkGroupSize.x, ROWS = LANES / 32u;
 layout(constant_id = 0) const uint PEND = 0u;
 layout(constant_id = 1) const float NORM_EPS = 1e-5;
+layout(constant_id = 2) const uint TYPE = 255u; // the weights' type where the pipeline is made for one
+// XN: the rows a normalized x is staged for (d_model, at most vk_forward.c's PEND_MAX; 0: none,
+// a normed product then normalizes each value it reads); PEND needs it
+layout(constant_id = 3) const uint XN = 0u;
+const uint NV4 = XN > 0u ? (XN + 4u * LANES - 1u) / (4u * LANES) : 1u; // a lane's runs of 4 values of a staged row
 layout(std430, binding = 0) readonly buffer Wb { uint W[]; };
 layout(std430, binding = 2) readonly buffer Xb { float X[]; };
 layout(std430, binding = 3) buffer Yb { float Y[]; };
@@ -39,20 +53,24 @@ layout(push_constant) uniform P {
     uint w_off, type, n_in, row_bytes, n_out, n_tok, ldy, accumulate, y_off, post_at, post_write;
 } p;
 #include "common.glsl"
-shared float part[64]; // the lanes' sums
-shared float ys[2];    // bits 3 and 5: the two rows' outputs
-shared float xsh[PEND + 1u]; // PEND: the residual with the deferred post-norm's product added
+#include "clock.glsl"
+#define MF_MARK(pt) clock_mark(0x100u + (pt))
+shared float part[256]; // the lanes' sums (LANES at most 256)
+shared float ys[8];     // bits 3 and 5: the rows' outputs
+shared float xsh[XN + 1u]; // XN: a normed product's x, normalized (PEND: with the post-norm's
+                           // product added first)
 
 uint wtype, nw0;
-bool normed;
+bool normed, staged; // staged: normed, its x staged in xsh (XN >= n_in)
 float nscale;
 
-// activation i (PEND: the residual with the deferred post-norm's product, staged)
-float xr(uint i) { return PEND > 0u ? xsh[i] : X[i]; }
-// 4 consecutive activations from value i (i % 4 == 0), normalized when bit 4
+vec4 x4(uint i) { return vec4(X[i], X[i + 1u], X[i + 2u], X[i + 3u]); }
+vec4 nw4(uint i) { return vec4(NW[i], NW[i + 1u], NW[i + 2u], NW[i + 3u]); }
+// 4 consecutive activations from value i (i % 4 == 0), normalized when bit 4 (staged where XN)
 vec4 xs(uint i) {
-    vec4 v = vec4(xr(i), xr(i + 1u), xr(i + 2u), xr(i + 3u));
-    if (normed) v *= nscale * vec4(NW[nw0 + i], NW[nw0 + i + 1u], NW[nw0 + i + 2u], NW[nw0 + i + 3u]);
+    if (staged) return vec4(xsh[i], xsh[i + 1u], xsh[i + 2u], xsh[i + 3u]);
+    vec4 v = x4(i);
+    if (normed) v *= nscale * nw4(nw0 + i);
     return v;
 }
 vec4 nib_lo(uint q) { return vec4(q & 15u, (q >> 8) & 15u, (q >> 16) & 15u, (q >> 24) & 15u); }
@@ -122,76 +140,161 @@ Unit unit_w(uint row, uint u) {
     return k;
 }
 
+// a sum over the workgroup's 64 lanes: subgroup sums, then the subgroups' partials (a barrier)
+float wg_sum(float v) {
+#ifdef MV_SG
+    v = subgroupAdd(v);
+    if (subgroupElect()) part[gl_SubgroupID] = v;
+    barrier();
+    float t = 0.0;
+    for (uint s = 0u; s < gl_NumSubgroups; s++) t += part[s];
+#else
+    part[gl_LocalInvocationID.x] = v;
+    barrier();
+    float t = 0.0;
+    for (uint l = 0u; l < LANES; l++) t += part[l];
+#endif
+    barrier(); // (every lane has read the partials)
+    return t;
+}
+// the sum of squares of n floats of F (from X, PO or the staged residual): 16 a lane a round, every
+// load of the round issued before any use
+#define SUMSQ(F, n, out) { \
+    float s_ = 0.0; \
+    for (uint i_ = 4u * lid; i_ < (n); i_ += 16u * LANES) { \
+        vec4 v_[4]; \
+        for (uint k_ = 0u; k_ < 4u; k_++) { \
+            uint j_ = min(i_ + 4u * LANES * k_, (n) - 4u); \
+            v_[k_] = vec4(F[j_], F[j_ + 1u], F[j_ + 2u], F[j_ + 3u]); \
+        } \
+        for (uint k_ = 0u; k_ < 4u; k_++) s_ += i_ + 4u * LANES * k_ < (n) ? dot(v_[k_], v_[k_]) : 0.0; \
+    } \
+    out = s_; }
+
 void main() {
+    clock_start();
+    MF_MARK(0u);
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x, lid = gl_LocalInvocationID.x;
     uint slot = lid >> 5, lane = lid & 31u;
     bool gated = (p.accumulate & 32u) != 0u, roped = (p.accumulate & 8u) != 0u;
     normed = (p.accumulate & 16u) != 0u;
-    wtype = p.type & 255u;
+    staged = normed && XN >= p.n_in;
+    wtype = TYPE != 255u ? TYPE : p.type & 255u;
     nw0 = p.type >> 8;
     uint n_rows = gated ? p.n_out >> 1 : p.n_out;
-    uint r = gated ? wg : 2u * wg + slot; // the output value (gated: gate slot 0, up slot 1)
+    // the output value (gated: gate rows on even slots, their up rows on the odd ones after)
+    uint r = gated ? (ROWS / 2u) * wg + (slot >> 1) : ROWS * wg + slot;
     bool valid = r < n_rows;
-    uint row = (gated && slot == 1u ? p.y_off : p.w_off) + (valid ? r : 0u) * p.row_bytes;
-    if (PEND > 0u) { // the deferred post-norm: o's scale as normfast.comp's, then the residual
-        float s = 0.0;
-        for (uint i = lid; i < p.n_in; i += 64u) s += PO[i] * PO[i];
-        part[lid] = s;
-        barrier();
-        s = 0.0;
-        for (uint l = 0u; l < 64u; l++) s += part[l];
-        float ps = inversesqrt(s / float(p.n_in) + NORM_EPS);
-        bool put = p.post_write != 0u && wg == 0u;
-        for (uint i = lid; i < p.n_in; i += 64u) {
-            float v = X[i] + PO[i] * ps * NW[p.post_at + i];
-            xsh[i] = v;
-            if (put) XR[i] = v;
+    uint row = (gated && (slot & 1u) == 1u ? p.y_off : p.w_off) + (valid ? r : 0u) * p.row_bytes;
+    // The row's weights touched first, a word of each 32-byte sector (every load at once), so
+    // that the norm's chain below runs while they come from memory and the products' loads find
+    // them in the caches; the words are used only in a test that never holds (kept so).
+    uint pf = 0u;
+    {
+        uint ns = (p.row_bytes + 31u) >> 5, w0 = row >> 2;
+        for (uint s = lane; s < ns; s += 64u) pf ^= W[w0 + 8u * s] ^ W[w0 + 8u * min(s + 32u, ns - 1u)];
+    }
+    if (staged) {
+        // x staged normalized: a lane's runs of 4 values (4 (lid + LANES k)), every load at once;
+        // PEND: x + norm(o) * post first, o's scale as normfast.comp's
+        vec4 xv[NV4], nv[NV4], ov[NV4], pv[NV4];
+        for (uint k = 0u; k < NV4; k++) {
+            uint j = min(4u * (lid + LANES * k), p.n_in - 4u);
+            xv[k] = x4(j);
+            nv[k] = nw4(nw0 + j);
+            if (PEND > 0u) {
+                ov[k] = vec4(PO[j], PO[j + 1u], PO[j + 2u], PO[j + 3u]);
+                pv[k] = nw4(p.post_at + j);
+            }
         }
-        barrier(); // (every lane has read the partials; the residual staged)
-    }
-    if (normed) { // the row's scale 1 / sqrt(mean(x^2) + eps), over the whole workgroup
+        if (PEND > 0u) {
+            float s = 0.0;
+            for (uint k = 0u; k < NV4; k++) s += 4u * (lid + LANES * k) < p.n_in ? dot(ov[k], ov[k]) : 0.0;
+            float ps = inversesqrt(wg_sum(s) / float(p.n_in) + NORM_EPS);
+            bool put = p.post_write != 0u && wg == 0u;
+            for (uint k = 0u; k < NV4; k++) {
+                uint i = 4u * (lid + LANES * k);
+                xv[k] += ov[k] * ps * pv[k];
+                if (put && i < p.n_in) {
+                    XR[i] = xv[k].x;
+                    XR[i + 1u] = xv[k].y;
+                    XR[i + 2u] = xv[k].z;
+                    XR[i + 3u] = xv[k].w;
+                }
+            }
+            MF_MARK(1u);
+        }
         float s = 0.0;
-        for (uint i = lid; i < p.n_in; i += 64u) s += xr(i) * xr(i);
-        part[lid] = s;
-        barrier();
-        s = 0.0;
-        for (uint l = 0u; l < 64u; l++) s += part[l];
-        nscale = inversesqrt(s / float(p.n_in) + NORM_EPS);
-        barrier(); // (every lane has read the partials)
+        for (uint k = 0u; k < NV4; k++) s += 4u * (lid + LANES * k) < p.n_in ? dot(xv[k], xv[k]) : 0.0;
+        nscale = inversesqrt(wg_sum(s) / float(p.n_in) + NORM_EPS);
+        for (uint k = 0u; k < NV4; k++) {
+            uint i = 4u * (lid + LANES * k);
+            if (i < p.n_in) {
+                vec4 v = xv[k] * (nscale * nv[k]);
+                xsh[i] = v.x;
+                xsh[i + 1u] = v.y;
+                xsh[i + 2u] = v.z;
+                xsh[i + 3u] = v.w;
+            }
+        }
+        barrier(); // (x staged)
+        MF_MARK(2u);
+    } else if (normed) { // the row's scale 1 / sqrt(mean(x^2) + eps), over the whole workgroup
+        float s;
+        SUMSQ(X, p.n_in, s);
+        nscale = inversesqrt(wg_sum(s) / float(p.n_in) + NORM_EPS);
+        MF_MARK(2u);
     }
+    // two units a round, the second's loads beside the first's (its index kept in the row)
     float acc = 0.0;
-    if (valid)
-        for (uint u = lane; u < (p.n_in >> 3); u += 32u) {
-            Unit k = unit_w(row, u);
-            acc += dot(k.w0, xs(k.a0)) + dot(k.w1, xs(k.a1));
-        }
-    part[lid] = acc;
-    barrier();
-    float y = 0.0;
-    if (lane == 0u) { // lane 0 of each row: the sum of its 32 lanes
-        for (uint l = 0u; l < 32u; l++) y += part[32u * slot + l];
-        ys[slot] = y;
+    uint nu = p.n_in >> 3;
+    for (uint u = lane; u < nu; u += 64u) {
+        uint u2 = min(u + 32u, nu - 1u);
+        Unit k0 = unit_w(row, u), k1 = unit_w(row, u2);
+        float a0 = dot(k0.w0, xs(k0.a0)) + dot(k0.w1, xs(k0.a1));
+        float a1 = dot(k1.w0, xs(k1.a0)) + dot(k1.w1, xs(k1.a1));
+        acc += u + 32u < nu ? a0 + a1 : a0;
     }
+    if (pf == 0x9E3779B9u && p.accumulate == 0xFFFFFFFFu) acc = 0.0; // never (see pf)
+    MF_MARK(3u);
+    float y;
+#ifdef MV_SG
+    if (gl_SubgroupSize == 32u) { // a row's 32 lanes are one subgroup
+        y = subgroupAdd(acc);
+    } else
+#endif
+    {
+        part[lid] = acc;
+        barrier();
+        y = 0.0;
+        for (uint l = 0u; l < 32u; l++) y += part[32u * slot + l];
+    }
+    MF_MARK(4u);
     if (!gated && !roped) {
         if (lane == 0u && valid) Y[p.y_off + r] = (p.accumulate & 1u) != 0u ? Y[p.y_off + r] + y : y;
+        MF_MARK(5u);
         return;
     }
+    if (lane == 0u) ys[slot] = y;
     barrier();
     if (lane != 0u || !valid) return;
-    if (gated) { // slot 0: act(gate) * up, act.comp's arithmetic in the driver's float steps
-        if (slot == 0u) {
-            float x = ys[0], z = x;
+    uint s0 = slot & ~1u; // the pair's first slot
+    if (gated) { // the even slot: act(gate) * up, act.comp's arithmetic in the driver's float steps
+        if (slot == s0) {
+            float x = ys[s0], z = x;
             if ((p.accumulate & 64u) != 0u) z = 1.5957691216057308 * (x + 0.044715 * x * x * x);
-            Y[r] = x / (1.0 + exp(-z)) * ys[1];
+            Y[r] = x / (1.0 + exp(-z)) * ys[s0 + 1u];
         }
+        MF_MARK(5u);
         return;
     }
-    // roped: rows 2i (slot 0) and 2i + 1 (slot 1) are a pair of one head (hd even)
+    // roped: rows 2i (an even slot) and 2i + 1 (the odd one after) are a pair of one head (hd even)
     uint hd = (p.accumulate >> 8) & 0xFFFu, nrot = p.accumulate >> 20, j = r % hd;
     if (j < nrot) {
         uint at = 5u * p.n_tok + (j >> 1);
         float c = IN[at], sn = IN[at + nrot / 2u];
-        y = slot == 0u ? ys[0] * c - ys[1] * sn : ys[0] * sn + ys[1] * c;
+        y = slot == s0 ? ys[s0] * c - ys[s0 + 1u] * sn : ys[s0] * sn + ys[s0 + 1u] * c;
     }
     Y[p.y_off + r] = y;
+    MF_MARK(5u);
 }
