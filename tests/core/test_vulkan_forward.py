@@ -1147,6 +1147,34 @@ np.save(sys.stdout.buffer, np.stack(rows))
 
 @pytest.mark.skipif(not CLOCK_LIB.is_file(),
                     reason=f"{CLOCK_LIB} not built (scons gpu_clock=1; scripts/test.sh builds it)")
+def test_each_session_keeps_its_own_logits(vk: geist.Engine) -> None:
+    # a device session's logits live in host memory the device writes them into (vk_forward.c's
+    # kv->lgo, session 28: no copy on the host a step): another session's steps must leave them
+    # alone, and each must be cpu_scalar's bits, before and after its own next step
+    path = testing.fixture_path("llama", "Q4_1")
+    other = [int(v) for v in np.random.default_rng(8).integers(1, 300, 5)]
+    want: dict[str, list[np.ndarray]] = {}
+    for name, eng in (("cpu", None), ("vk", vk)):
+        e = geist.Engine(backend="cpu_scalar") if eng is None else eng
+        with geist.Model.load(path, engine=e) as m:
+            a, b = m.session(max_seq_len=32), m.session(max_seq_len=32)
+            a.eval(PROMPT)
+            got = [a.logits()]
+            b.eval(other)
+            b.step(None)
+            got.append(a.logits())  # after b's passes
+            a.step(None)
+            got += [a.logits(), b.logits()]
+            a.close()
+            b.close()
+        if eng is None:
+            e.close()
+        want[name] = got
+    assert np.array_equal(want["vk"][0], want["vk"][1])
+    for x, y in zip(want["cpu"], want["vk"], strict=True):
+        assert np.array_equal(x, y)
+
+
 @pytest.mark.parametrize("chunk", [EXACT, SPLIT])
 def test_clock_build_marks_the_kernels_and_keeps_their_bits(chunk: int, vk: geist.Engine,
                                                              vk_split: geist.Engine) -> None:

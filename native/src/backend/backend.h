@@ -149,6 +149,10 @@ typedef struct gt_device_ops {
     geist_status (*kv_write)(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n,
                              const void *k, const void *v, gt_err *err);
     uint64_t (*kv_bytes)(const gt_dev_kv *kv);
+    /* Optional (NULL: none): n_vocab floats of host memory, owned by kv (valid until kv_free),
+     * that the device writes a row's logits into when gt_dev_row.logits points there, so the
+     * host copies nothing (a session keeps its logits there); NULL when kv has none. */
+    float *(*kv_logits)(gt_dev_kv *kv);
     /* One step: every layer for rows of one or more sessions (a session's rows contiguous). */
     geist_status (*forward)(void *dm, const gt_dev_row *rows, int32_t n, gt_err *err);
     /* Optional (NULL: no counters): the forward pass's counters since the model's load. */

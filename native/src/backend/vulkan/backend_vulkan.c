@@ -56,6 +56,7 @@ static geist_status vk_kv_write(gt_dev_kv *kv, int32_t layer, int32_t row0, int3
 }
 
 static uint64_t vk_kv_bytes(const gt_dev_kv *kv) { return gt_vk_kv_bytes(kv); }
+static float *vk_kv_logits(gt_dev_kv *kv) { return gt_vk_kv_logits(kv); }
 
 static geist_status vk_forward(void *dm, const gt_dev_row *rows, int32_t n, gt_err *err) {
     return gt_vk_forward(dm, rows, n, err);
@@ -67,8 +68,8 @@ static const gt_device_ops k_vk_device = {
     .engine_init = vk_engine_init, .engine_free = vk_engine_free, .probe = vk_probe,
     .model_init = vk_model_init, .model_free = vk_model_free, .memory = vk_memory,
     .kv_alloc = vk_kv_alloc, .kv_free = vk_kv_free, .kv_read = vk_kv_read,
-    .kv_write = vk_kv_write, .kv_bytes = vk_kv_bytes, .forward = vk_forward,
-    .stats = vk_stats, .step_rows = GT_VK_PASS_ROWS, .argmax = true,
+    .kv_write = vk_kv_write, .kv_bytes = vk_kv_bytes, .kv_logits = vk_kv_logits,
+    .forward = vk_forward, .stats = vk_stats, .step_rows = GT_VK_PASS_ROWS, .argmax = true,
 };
 
 static const gt_backend k_vulkan = {

@@ -241,6 +241,8 @@ void gt_vk_kv_free(gt_dev_kv *kv);
 geist_status gt_vk_kv_io(gt_dev_kv *kv, int32_t layer, int32_t row0, int32_t n, void *k, void *v,
                          bool write, gt_err *err);
 uint64_t gt_vk_kv_bytes(const gt_dev_kv *kv);
+/* the session's logits in host memory the device writes (gt_device_ops.kv_logits), or NULL */
+float *gt_vk_kv_logits(gt_dev_kv *kv);
 /* One step, in passes of up to GT_VK_PASS_ROWS rows (vk_forward.c's pass_take). */
 #define GT_VK_PASS_ROWS 512
 /* The shared memory a workgroup of geist's kernels takes at most (the attention's builds: its

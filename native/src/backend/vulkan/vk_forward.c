@@ -248,6 +248,8 @@ struct gt_dev_kv {
     int32_t ring_rows;        /* the fewest rows of a layer (a ring's: rows past it stage) */
     uint64_t stage_at;        /* words of the stage (NARROW_ROWS K rows, then V rows), when a
                                * layer is a ring; else 0 */
+    vbuf lgo; /* the session's logits (n_vocab floats, host-visible: gt_vk_kv_logits), where
+               * made: a pass copies a row's logits there, and the host reads them in place */
 };
 
 static uint64_t now_ns(void) {
@@ -1039,15 +1041,26 @@ geist_status gt_vk_kv_alloc(gt_vk_model *vm, const gt_dev_kv_desc *d, gt_dev_kv 
         free(kv);
         return st;
     }
+    /* the session's logits in host-cached memory the device writes, where the device has it
+     * mapped: else (none, or no room) the session keeps its own and a pass's logits are
+     * copied there on the host as before */
+    gt_err lerr = {0};
+    if (vbuf_make(vm->ctx, (uint64_t)c->n_vocab * sizeof(float), VB_READBACK, &kv->lgo, NULL,
+                  "the session's logits", &lerr) == GEIST_OK && !kv->lgo.map)
+        vbuf_free(vm->ctx, &kv->lgo, NULL);
     *out = kv;
     return GEIST_OK;
 }
+
+float *gt_vk_kv_logits(gt_dev_kv *kv) { return kv ? kv->lgo.map : NULL; }
 
 void gt_vk_kv_free(gt_dev_kv *kv) {
     if (!kv) return;
     pthread_mutex_lock(&kv->vm->fwd->lock);
     if (kv->b.buf) forget_buffer(kv->vm, kv->b.buf);
+    if (kv->lgo.buf) forget_buffer(kv->vm, kv->lgo.buf);
     vbuf_free(kv->vm->ctx, &kv->b, NULL);
+    vbuf_free(kv->vm->ctx, &kv->lgo, NULL);
     pthread_mutex_unlock(&kv->vm->fwd->lock);
     free(kv->rows);
     free(kv->at);
@@ -1284,7 +1297,8 @@ static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
             barrier(c, cb, VK_ACCESS_SHADER_WRITE_BIT,
                     VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT, CS, CS);
         }
-        if (e->kind == CMD_COPY_LOGITS) { /* pc: a row's bytes, the mask of rows to copy */
+        if (e->kind == CMD_COPY_LOGITS) { /* pc: a row's bytes, the mask of rows to copy into
+                                           * lgh; then pc[3] rows pc[4 + j] into bind[j] */
             VkBufferCopy bc[LOGIT_ROWS];
             uint32_t nb = 0;
             const uint64_t mask = e->pc[1] | (uint64_t)e->pc[2] << 32;
@@ -1294,10 +1308,13 @@ static bool record(gt_vk_ctx *c, gt_vk_fwd *fw, uint32_t n) {
                 if (nb && bc[nb - 1].srcOffset + bc[nb - 1].size == at) bc[nb - 1].size += e->pc[0];
                 else bc[nb++] = (VkBufferCopy){at, at, e->pc[0]};
             }
-            if (nb) {
+            if (nb || e->pc[3])
                 barrier(c, cb, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_TRANSFER_READ_BIT, CS,
                         VK_PIPELINE_STAGE_TRANSFER_BIT);
-                c->f.CmdCopyBuffer(cb, fw->lg.buf, fw->lgh.buf, nb, bc);
+            if (nb) c->f.CmdCopyBuffer(cb, fw->lg.buf, fw->lgh.buf, nb, bc);
+            for (uint32_t j = 0; j < e->pc[3]; j++) { /* a session's own logits (kv->lgo) */
+                const VkBufferCopy one = {(VkDeviceSize)e->pc[4 + j] * e->pc[0], 0, e->pc[0]};
+                c->f.CmdCopyBuffer(cb, fw->lg.buf, e->bind[j], 1, &one);
             }
             /* the copies, and argmax.comp's ids written straight into host memory */
             barrier(c, cb, VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT,
@@ -2001,12 +2018,23 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         r.role = GEIST_ROLE_ARGMAX;
         rec_argmax(&r, (uint32_t)cf->n_vocab, (uint32_t)n_lg);
     }
+    uint64_t direct = 0; /* the output rows whose logits go straight into their session's */
     if (n_lg > 0) { /* the logits rows wanted into host-cached memory; the ids made visible */
         cmd *e = plan_next(&r);
         if (e) {
-            uint64_t mask = 0; /* the output rows whose logits are copied */
-            for (int32_t t = 0, k = 0; t < n; t++)
-                if (rows[t].logits || rows[t].argmax) mask |= (uint64_t)(rows[t].logits != NULL) << k++;
+            uint64_t mask = 0; /* the output rows whose logits are copied into lgh */
+            for (int32_t t = 0, k = 0; t < n; t++) {
+                if (!rows[t].logits && !rows[t].argmax) continue;
+                if (rows[t].logits && rows[t].kv && rows[t].logits == rows[t].kv->lgo.map &&
+                    e->pc[3] < N_BIND) { /* into the session's own (gt_vk_kv_logits) */
+                    direct |= 1ull << k;
+                    e->bind[e->pc[3]] = rows[t].kv->lgo.buf;
+                    e->pc[4 + e->pc[3]++] = (uint32_t)k;
+                } else {
+                    mask |= (uint64_t)(rows[t].logits != NULL) << k;
+                }
+                k++;
+            }
             e->kind = CMD_COPY_LOGITS;
             e->role = GEIST_ROLE_LOGITS_COPY;
             e->pc[0] = (uint32_t)cf->n_vocab * (uint32_t)sizeof(float);
@@ -2062,7 +2090,8 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     const int32_t *ids = fw->idh.map;
     for (int32_t t = 0, k = 0; t < n; t++) {
         if (!rows[t].logits && !rows[t].argmax) continue;
-        if (rows[t].logits) memcpy(rows[t].logits, lg + (size_t)k * nv, nv * sizeof(float));
+        if (rows[t].logits && !(direct >> k & 1u))
+            memcpy(rows[t].logits, lg + (size_t)k * nv, nv * sizeof(float));
         if (rows[t].argmax) *rows[t].argmax = ids[k];
         k++;
     }
