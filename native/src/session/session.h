@@ -57,12 +57,12 @@ struct geist_session {
     int32_t n_prefix;            /* tokens of the prefix (0 without one) */
     int32_t n_floor; /* own positions below this may be missing on sliding layers (restore) */
     float *logits;               /* n_vocab: logits after the last token */
-    bool logits_on_kv; /* logits is the device KV's (gt_device_ops.kv_logits), not malloc'd */
     gt_dev_kv *dev_kv;           /* a device backend's KV of this session (backend.h), else NULL */
     bool has_logits;
     /* the last row's logits stayed on the device, its greedy id came back instead (a runtime
      * request's pick: forward.c); gt_session_bring_logits recomputes them when asked for */
     bool logits_on_device;
+    bool logits_on_kv; /* logits is the device KV's (gt_device_ops.kv_logits), not malloc'd */
     pthread_mutex_t err_lock;
     gt_err last_err;
 };
