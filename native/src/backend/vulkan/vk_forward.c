@@ -98,12 +98,16 @@ enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, 
  * layers have; P_MVFAST itself serves any other */
 static const uint32_t k_mvt_types[6] = {GT_TYPE_Q4_0, GT_TYPE_Q4_1, GT_TYPE_Q5_0, GT_TYPE_Q8_0,
                                          GT_TYPE_Q4_K, GT_TYPE_Q6_K};
-static const char *const k_pipe_names[P_COUNT] = {
+static const char *const k_pipe_names[P_MVT] = {
     "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
     "attn_part", "matmul", "matvec", "matmul", "attn_fresh", "attn_part_fresh", "quant_fused",
     "attn_grp", "attn_part_grp", "attn_fresh_grp", "attn_part_fresh_grp", "argmax", "mvfast",
-    "attnfast", "normfast", "mvfast", "mvfast", "mvfast", "mvfast", "mvfast", "mvfast", "mvfast",
-    "mvfast", "mvfast", "mvfast", "mvfast", "mvfast", "mvfast"};
+    "attnfast", "normfast", "mvfast"};
+/* the kind of pipeline p: a typed fast product's is its generic one's (P_MVFAST or
+ * P_MVFAST_PEND), which also gives its shader and the bindings it writes */
+static int pipe_kind(int p) {
+    return p < P_MVT ? p : (p - P_MVT) % 2 ? P_MVFAST_PEND : P_MVFAST;
+}
 /* The grouped attention's shared scores (attn_body.glsl's SH_TOTAL under ATTN_GROUP): a
  * dispatch takes the grouped kernels when its rows' positions (a split one's chunk) fit
  * GROUP_SH / attn_group a head, else one workgroup a head (SPLIT_SH) */
@@ -228,8 +232,9 @@ typedef struct gt_vk_fwd {
     uint64_t *ts;     /* profiling: the timestamps read back (qp_cap) */
     double ts_ns;     /* nanoseconds per timestamp tick */
     uint64_t ts_mask; /* the valid bits */
-    uint64_t wait_ns[WAIT_ROWS]; /* the last pass of n rows: its submit to its end (the next
-                                  * one's expected time, gt_vk_submit_wait_for) */
+    uint64_t wait_ns[WAIT_ROWS]; /* the last pass of n rows: its GPU time by timestamps (else
+                                  * its submit to its end), the next one's expected time
+                                  * (gt_vk_submit_wait_for) */
     gt_dev_stats stats; /* since the model's load (backend.h) */
 #ifdef GEIST_VK_CLOCK
     gt_vk_clock clk;
@@ -715,10 +720,9 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         /* a GPU groups only a prompt's rows (rec_attn): never split (at most SPLIT_ROWS rows)
          * nor fresh (one row a session), so of the grouped kernels only P_ATTN_G is made there */
         const bool grouped = p >= P_ATTN_G && p <= P_ATTN_PART_FRESH_G;
-        if (p >= P_MVT) { /* made after the generic one of its kind, for the types present */
-            const int base = (p - P_MVT) % 2 ? P_MVFAST_PEND : P_MVFAST;
-            if (!fw->pipe[base] || !has_type[(p - P_MVT) / 2]) continue;
-        }
+        const int kind = pipe_kind(p);
+        if (p >= P_MVT && (!fw->pipe[kind] || !has_type[(p - P_MVT) / 2]))
+            continue; /* made after the generic one of its kind, for the types present */
         if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) || (p == P_MVFAST && !c->fast) ||
             (p == P_MVFAST_PEND &&
              (!c->fast || !post_norms || (uint32_t)vm->model->cfg.d_model > PEND_MAX)) ||
@@ -728,13 +732,13 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
             continue; /* left VK_NULL_HANDLE: never dispatched */
         /* the kernel, or its integer-dot-product build where the device takes those */
         char want[32];
-        const bool mvf = p == P_MVFAST || p == P_MVFAST_PEND || p >= P_MVT;
+        const bool mvf = kind == P_MVFAST || kind == P_MVFAST_PEND;
         /* mvfast.comp's subgroup sums where the device has them (its _sg build) */
-        snprintf(want, sizeof want, "%s%s", k_pipe_names[p],
+        snprintf(want, sizeof want, "%s%s", k_pipe_names[kind],
                  mvf ? (c->subgroup_min >= 8 ? "_sg" : "") : c->int_dot ? "_idot" : "");
         const gt_vk_spv *s = gt_vk_spv_find(want);
-        if (!s) s = gt_vk_spv_find(k_pipe_names[p]);
-        if (!s) return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: shader %s is not built in", k_pipe_names[p]);
+        if (!s) s = gt_vk_spv_find(k_pipe_names[kind]);
+        if (!s) return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: shader %s is not built in", k_pipe_names[kind]);
         /* specialization constants: every kernel's FMA_EXACT (exact.glsl; an id a kernel does
          * not declare is ignored); matvec.comp's ROWS8 (1 or 2) and NORM_EPS (the model's
          * RMSNorm epsilon), matmul.comp's MR and MT (16-row tiles), the grouped attention's GSZ */
@@ -746,9 +750,8 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         if (p == P_MATVEC8 || p == P_MATVEC2 || mvf) {
             /* mvfast.comp's constant 0 is PEND (its staged residual's floats), not ROWS8; its 2
              * the weights' type (255: any), its 3 XN (a normed product's x staged: d_model) */
-            const bool pend = p == P_MVFAST_PEND || (p >= P_MVT && (p - P_MVT) % 2);
             sv.c0 = p == P_MATVEC2 ? 2u
-                    : pend ? (uint32_t)vm->model->cfg.d_model
+                    : kind == P_MVFAST_PEND ? (uint32_t)vm->model->cfg.d_model
                     : mvf ? 0u
                           : 1u;
             memcpy(&sv.c1, &vm->model->cfg.eps, 4);
@@ -769,7 +772,8 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
          * (a required subgroup size its compiler refuses, say) the exact ones run (pipe stays
          * VK_NULL_HANDLE, which run_pass and rec_norm check; geist bench says which ran); so is
          * P_MVFAST_PEND (rec_residual then runs each post-norm as its own dispatch) */
-        if (r != VK_SUCCESS && (p == P_ATTN_FAST || p == P_NORM_FAST || p == P_MVFAST_PEND || p >= P_MVT))
+        if (r != VK_SUCCESS &&
+            (p == P_ATTN_FAST || p == P_NORM_FAST || kind == P_MVFAST_PEND || p >= P_MVT))
             continue;
         if (r != VK_SUCCESS)
             return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot build pipeline %s (%d)",
@@ -1168,8 +1172,7 @@ static cmd *plan_next(rec *r) {
 static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *pc, uint32_t pcs,
                      uint32_t groups) {
     if (r->failed || groups == 0) return;
-    /* a typed fast product is its generic one's kind */
-    const int kind = pipe < P_MVT ? pipe : (pipe - P_MVT) % 2 ? P_MVFAST_PEND : P_MVFAST;
+    const int kind = pipe_kind(pipe);
     if (kind != P_MATVEC && kind != P_MATVEC8 && kind != P_MATVEC2 && kind != P_MATMUL &&
         kind != P_MATMUL16 && kind != P_QUANT && kind != P_QUANT_FUSED && kind != P_MVFAST &&
         kind != P_MVFAST_PEND)

@@ -157,19 +157,17 @@ float wg_sum(float v) {
     barrier(); // (every lane has read the partials)
     return t;
 }
-// the sum of squares of n floats of F (from X, PO or the staged residual): 16 a lane a round, every
-// load of the round issued before any use
-#define SUMSQ(F, n, out) { \
-    float s_ = 0.0; \
-    for (uint i_ = 4u * lid; i_ < (n); i_ += 16u * LANES) { \
-        vec4 v_[4]; \
-        for (uint k_ = 0u; k_ < 4u; k_++) { \
-            uint j_ = min(i_ + 4u * LANES * k_, (n) - 4u); \
-            v_[k_] = vec4(F[j_], F[j_ + 1u], F[j_ + 2u], F[j_ + 3u]); \
-        } \
-        for (uint k_ = 0u; k_ < 4u; k_++) s_ += i_ + 4u * LANES * k_ < (n) ? dot(v_[k_], v_[k_]) : 0.0; \
-    } \
-    out = s_; }
+// this lane's part of the sum of squares of x's n floats (rows too long to stage): 16 values a
+// round, every load of the round issued before any use
+float sumsq(uint n) {
+    float s = 0.0;
+    for (uint i = 4u * gl_LocalInvocationID.x; i < n; i += 16u * LANES) {
+        vec4 v[4];
+        for (uint k = 0u; k < 4u; k++) v[k] = x4(min(i + 4u * LANES * k, n - 4u));
+        for (uint k = 0u; k < 4u; k++) s += i + 4u * LANES * k < n ? dot(v[k], v[k]) : 0.0;
+    }
+    return s;
+}
 
 void main() {
     clock_start();
@@ -240,9 +238,7 @@ void main() {
         barrier(); // (x staged)
         MF_MARK(2u);
     } else if (normed) { // the row's scale 1 / sqrt(mean(x^2) + eps), over the whole workgroup
-        float s;
-        SUMSQ(X, p.n_in, s);
-        nscale = inversesqrt(wg_sum(s) / float(p.n_in) + NORM_EPS);
+        nscale = inversesqrt(wg_sum(sumsq(p.n_in)) / float(p.n_in) + NORM_EPS);
         MF_MARK(2u);
     }
     // two units a round, the second's loads beside the first's (its index kept in the row)
