@@ -307,6 +307,11 @@ typedef struct geist_device_stats {
                          * session (the kernels take it); 0: they emulate it (the same values) */
     uint64_t fast_attn_rows; /* rows that attended in GEIST_DEVICE_FAST's own attention (a fast
                               * pass on a device with subgroup sums; docs/VULKAN.md) */
+    uint64_t fast_rows; /* rows of passes whose products ran on float activations
+                         * (GEIST_DEVICE_FAST's: one session's decode, or several sessions'
+                         * decoding together; docs/VULKAN.md) */
+    uint64_t planned; /* passes whose commands were planned (the others: decode passes of the
+                       * last one's shape, resubmitted without planning; docs/VULKAN.md) */
 } geist_device_stats;
 
 GEIST_API geist_status geist_model_device_stats(const geist_model *model, geist_device_stats *out);

@@ -261,7 +261,7 @@ def _device_split(before: dict[str, int], after: dict[str, int], tokens: int, wa
         "plan_ms": d["plan_ns"] * per, "record_ms": d["record_ns"] * per,
         "wait_ms": d["wait_ns"] * per, "readback_ms": d["readback_ns"] * per,
         "gpu_ms": d["gpu_ns"] * per if d["gpu_timed"] else None,
-        "passes": d["passes"], "recorded": d["recorded"],
+        "passes": d["passes"], "recorded": d["recorded"], "planned": d.get("planned", 0),
         "dispatches_per_token": d["dispatches"] / max(tokens, 1),
         "barriers_per_token": d["barriers"] / max(tokens, 1),
         "weight_bytes": weight_bytes, "fused_fma": bool(after.get("fused_fma", 0)), "fast": fast,
@@ -285,7 +285,8 @@ def _print_split(model: str, device: str, sp: dict[str, Any]) -> None:
           f"{f['wait_ms']:.3f} (GPU {gpu} by timestamps) + readback {f['readback_ms']:.3f} + "
           f"other {other:.3f} ms")
     line = (f"  {sp['dispatches_per_token']:.0f} dispatches, {sp['barriers_per_token']:.0f} "
-            f"barriers per token; {sp['recorded']} of {sp['passes']} passes recorded anew; weights "
+            f"barriers per token; {sp.get('planned', 0)} of {sp['passes']} passes planned, "
+            f"{sp['recorded']} recorded anew; weights "
             f"{sp['weight_bytes'] / 1e6:.1f} MB read per token")
     fma = "the device's (once-rounded)" if sp.get("fused_fma") else "emulated"
     if sp["bandwidth_fraction"] is not None:

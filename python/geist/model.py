@@ -275,7 +275,7 @@ class Model(_Handle):
         return {k: int(getattr(st, k)) for k in (
             "passes", "rows", "logit_rows", "dispatches", "barriers", "recorded", "plan_ns",
             "record_ns", "wait_ns", "readback_ns", "gpu_ns", "gpu_timed", "id_rows",
-            "fused_fma", "fast_attn_rows")}
+            "fused_fma", "fast_attn_rows", "fast_rows", "planned")}
 
     def device_profile(self) -> dict[str, tuple[int, int]]:
         """With Engine(device_profile=True): the GPU nanoseconds and dispatch count by role

@@ -1145,8 +1145,6 @@ np.save(sys.stdout.buffer, np.stack(rows))
 """
 
 
-@pytest.mark.skipif(not CLOCK_LIB.is_file(),
-                    reason=f"{CLOCK_LIB} not built (scons gpu_clock=1; scripts/test.sh builds it)")
 def test_each_session_keeps_its_own_logits(vk: geist.Engine) -> None:
     # a device session's logits live in host memory the device writes them into (vk_forward.c's
     # kv->lgo, session 28: no copy on the host a step): another session's steps must leave them
@@ -1175,6 +1173,62 @@ def test_each_session_keeps_its_own_logits(vk: geist.Engine) -> None:
         assert np.array_equal(x, y)
 
 
+def test_decode_passes_of_one_shape_reuse_their_plan(vk: geist.Engine,
+                                                    vk_split: geist.Engine) -> None:
+    # a decode pass whose plan key (vk_forward.c's plan_key: the rows' sessions, what they
+    # want back, and of their positions only what the attention takes from them) is the last
+    # pass's resubmits the recorded commands without planning: one session decoding row by row
+    # plans its first decode pass, then again only where its attention's chunks change
+    # (vk_split: chunks of SPLIT positions); two sessions taking turns plan every pass (one key
+    # is kept). cpu_scalar's logits throughout, so a stale plan would show.
+    path = testing.fixture_path("llama", "Q4_1")
+    feed = [int(v) for v in np.random.default_rng(12).integers(1, 300, 18)]
+    ref = geist.Engine(backend="cpu_scalar")
+    try:
+        want, _ = _row_logits(path, ref, feed)
+    finally:
+        ref.close()
+    for eng, most in ((vk, 2), (vk_split, 2 + len(feed) // SPLIT)):
+        got, st = _row_logits(path, eng, feed)
+        if eng is vk:
+            assert all(np.array_equal(x, y) for x, y in zip(want, got, strict=True))
+        else:  # chunks: another order of sums (a plan of the wrong chunks would leave some out)
+            assert max(_rel(x, y) for x, y in zip(want, got, strict=True)) < SPLIT_RTOL
+        print(f"{st['planned']} of {st['passes']} decode passes planned")
+        assert st["passes"] == len(feed) and 1 <= st["planned"] <= most, st
+    with geist.Model.load(path, engine=vk) as m:
+        a, b = m.session(max_seq_len=32), m.session(max_seq_len=32)
+        a.eval(feed[:2])
+        b.eval(feed[2:4])
+        before = m.device_stats()
+        for t in feed[4:10]:
+            a.step(t)
+            b.step(t)
+        after = m.device_stats()
+        a.close()
+        b.close()
+    assert after["planned"] - before["planned"] == after["passes"] - before["passes"] == 12
+
+
+def _row_logits(path: Path, eng: geist.Engine, feed: list[int]
+                ) -> tuple[list[np.ndarray], dict[str, int]]:
+    """One session: feed[:2] as a prompt, then each later token and 2 of its own greedy ones a
+    decode pass each; every step's logits and the device_stats() counted over those passes."""
+    with geist.Model.load(path, engine=eng) as m:
+        s = m.session(max_seq_len=40)
+        s.eval(feed[:2])
+        before = m.device_stats()
+        rows = []
+        for t in [*feed[2:], None, None]:
+            s.step(t)
+            rows.append(np.array(s.logits()))
+        after = m.device_stats()
+        s.close()
+    return rows, {k: after[k] - before[k] for k in after}
+
+
+@pytest.mark.skipif(not CLOCK_LIB.is_file(),
+                    reason=f"{CLOCK_LIB} not built (scons gpu_clock=1; scripts/test.sh builds it)")
 @pytest.mark.parametrize("chunk", [EXACT, SPLIT])
 def test_clock_build_marks_the_kernels_and_keeps_their_bits(chunk: int, vk: geist.Engine,
                                                              vk_split: geist.Engine) -> None:
@@ -1387,18 +1441,44 @@ def test_fast_post_norms_ride_in_the_next_products() -> None:
     assert max(_rel(a, b) for a, b in zip(ref, got, strict=True)) < FAST_RTOL
 
 
+def _fast_alone_and_together(m: geist.Model, prompts: list[list[int]], max_tokens: int
+                             ) -> tuple[list[list[int]], list[list[int]], dict[str, int]]:
+    """Greedy ids of each prompt in a session of its own, then of all of them stepping together
+    (submitted at once: the runtime batches their steps), each prompt but its last token
+    prefilled first (a pass of its own), so that every later pass holds one row a session,
+    however the runtime groups them (a pass of a session's several rows would take the exact
+    products); and the device_stats() counted while they stepped together."""
+    def start(p: list[int]) -> geist.Session:
+        s = m.session(max_seq_len=40)
+        s.prefill(p[:-1])
+        return s
+
+    alone = []
+    for p in prompts:
+        with start(p) as s:
+            alone.append(s.submit(p[-1:], max_tokens=max_tokens, temperature=0.0).result().ids)
+    sessions = [start(p) for p in prompts]
+    before = m.device_stats()
+    handles = [s.submit(p[-1:], max_tokens=max_tokens, temperature=0.0)
+               for s, p in zip(sessions, prompts, strict=True)]
+    together = [h.result().ids for h in handles]
+    after = m.device_stats()
+    for s in sessions:
+        s.close()
+    return alone, together, {k: after[k] - before[k] for k in after}
+
+
 def test_fast_mode_in_passes_of_several_rows(vk_fast: geist.Engine,
                                              vk_fast_split: geist.Engine) -> None:
     # a prompt's pass (24 rows: matmul.comp's tiles) keeps the 8-bit products and the exact
     # attention: the default cpu_scalar's bits, flag or not. 4 sessions stepping together
-    # (passes of 4 rows, a row a session) keep the 8-bit products and attend in the fast
-    # attention, each session its own dispatch (with chunks of 4 positions in vk_fast_split:
-    # their counts and partials per session), which also makes O's 8-bit rows (blocks of 32 for
-    # Q4_1's heads of 64, of 256 for Q4_K's heads of 256): the default cpu_scalar's greedy ids
-    # (llama: gemma3's post-norms hide its attention from these fixtures' ids; either llama case
-    # fails with O's rows made from pair-swapped values). (Their logits are not compared here:
-    # a request's last row comes back by a lone re-run of the row, a pass of one row, whose
-    # products are the fast ones.)
+    # (passes of up to 4 rows, a row a session: vk_forward.c's FAST_ROWS) take the fast
+    # products, a workgroup's outputs of one row (mvfast.comp), and the fast attention, each
+    # session its own dispatch (with chunks of 4 positions in vk_fast_split: their counts and
+    # partials per session): every row as a pass of that row alone computes it, so each
+    # session's greedy ids are its own alone (Q4_1's heads of 64; Q4_K's heads of 256, one KV
+    # head for 3). (The fast products alone are held to the float reference by
+    # test_fast_products_match_float_activations.)
     path = testing.fixture_path("llama", "Q4_1")
     prompt = [int(v) for v in np.random.default_rng(5).integers(1, 300, 24)]
     prompts = [[int(v) for v in np.random.default_rng(90 + i).integers(1, 300, 2 + 2 * i)]
@@ -1415,30 +1495,32 @@ def test_fast_mode_in_passes_of_several_rows(vk_fast: geist.Engine,
     assert np.array_equal(rows["cpu"], rows["vk"])
     heads256 = testing.fixture_path("llama", "Q4_K", n_head=3, n_head_kv=1, head_dim=256)
     for batched in (path, heads256):
-        want = _batched_ids(batched, None, prompts, 6)
         for eng in (vk_fast, vk_fast_split):
-            stats: dict[str, int] = {}
-            assert _batched_ids(batched, eng, prompts, 6, stats=stats) == want
-            # the decode steps of all four (passes that also hold a prompt's rows attend
-            # exactly)
-            assert stats["fast_attn_rows"] >= (4 * 3 if _fast_attention_on(eng) else 0)
-            print(f"4 sessions stepping together ({batched.name}): {stats['fast_attn_rows']} "
-                  "rows in the fast attention")
+            with geist.Model.load(batched, engine=eng) as m:
+                alone, together, st = _fast_alone_and_together(m, prompts, 6)
+            assert together == alone
+            # every row of those steps in the fast products, passes of several rows among them
+            assert st["fast_rows"] == st["rows"] and st["rows"] > st["passes"], st
+            assert st["fast_attn_rows"] == (st["rows"] if _fast_attention_on(eng) else 0)
+            print(f"4 sessions stepping together ({batched.name}): {st['rows']} rows in "
+                  f"{st['passes']} passes, all in the fast products")
 
 
-# Sessions stepping together in the fast mode normalize in normfast.comp too (rec_norm: a pass
-# of decode rows, a row a session): Gemma 3's post-norms, twice a layer, and the output norm of
-# the rows asking for logits; the default cpu_scalar's greedy ids, session by session.
+# 8 sessions stepping together in the fast mode with Gemma 3's post-norms: each deferred into the
+# next fast products of every row (mvfast.comp's PEND: the row's own product and residual),
+# normfast.comp for the output norm of the rows asking for logits; each session's greedy ids
+# are its own alone.
 def test_fast_mode_sessions_stepping_together_with_post_norms(vk_fast: geist.Engine) -> None:
     if not _fast_attention_on(vk_fast):
         pytest.skip("this device's subgroups do not take the fast attention")
     path = testing.family_fixture_path("gemma3", "Q4_K", head_dim=256)
-    prompts = [[int(v) for v in np.random.default_rng(70 + i).integers(1, 300, 2 + 2 * i)]
-               for i in range(4)]
-    stats: dict[str, int] = {}
-    assert _batched_ids(path, vk_fast, prompts, 8, stats=stats) == _batched_ids(
-        path, None, prompts, 8)
-    assert stats["fast_attn_rows"] >= 4 * 3
+    # 8 sessions: FAST_ROWS, the rows the residual's second buffer holds (vk_forward.c)
+    prompts = [[int(v) for v in np.random.default_rng(70 + i).integers(1, 300, 2 + i)]
+               for i in range(8)]
+    with geist.Model.load(path, engine=vk_fast) as m:
+        alone, together, st = _fast_alone_and_together(m, prompts, 8)
+    assert together == alone
+    assert st["fast_rows"] == st["rows"] and st["rows"] > st["passes"], st
 
 
 def test_bench_says_which_products_ran(capsys: pytest.CaptureFixture[str],

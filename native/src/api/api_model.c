@@ -295,6 +295,8 @@ geist_status geist_model_device_stats(const geist_model *m, geist_device_stats *
         out->id_rows = d.id_rows;
         out->fused_fma = d.fused_fma;
         out->fast_attn_rows = d.fast_attn_rows;
+        out->fast_rows = d.fast_rows;
+        out->planned = d.planned;
         for (int r = 0; r < GEIST_DEVICE_ROLES; r++) {
             out->role_ns[r] = d.role_ns[r];
             out->role_calls[r] = d.role_calls[r];

@@ -125,6 +125,8 @@ typedef struct gt_dev_stats {
     uint64_t id_rows; /* rows whose greedy id came back (gt_dev_row.argmax) without logits */
     uint64_t fused_fma; /* 1: the kernels take the device's once-rounded fma (vulkan's probe) */
     uint64_t fast_attn_rows; /* rows that attended in GEIST_DEVICE_FAST's attention */
+    uint64_t fast_rows;      /* rows of passes of GEIST_DEVICE_FAST's products */
+    uint64_t planned;        /* passes planned (the others reused the last one's plan) */
 } gt_dev_stats;
 
 typedef struct gt_device_ops {

@@ -930,8 +930,11 @@ static void *scheduler_main(void *arg) {
             } else {
                 picks[i].adv = advance_begin(r, &evs);
             }
-            n_sample += picks[i].adv == ADV_SAMPLE;
+            /* a device's greedy id is only taken (gt_gen_take_greedy): no work for a worker */
+            n_sample += picks[i].adv == ADV_SAMPLE && !picks[i].r->dev_picked;
         }
+        /* the pool's workers sleep through a device's pass: waking them for less than two
+         * samplings of logits costs more than it saves */
         gt_pool_run(n_sample >= 2 ? model->engine->pool : NULL, (int64_t)n_sel, 0, sample_task,
                     picks, NULL);
         for (size_t i = 0; i < n_sel; i++) {

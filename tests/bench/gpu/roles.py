@@ -81,7 +81,13 @@ def batch(profile):
     r = {"npcs": n, "tokens": tokens, "aggregate_tps": tokens / wall,
          "passes": passes, "rows_per_pass": (a["rows"] - b["rows"]) / passes,
          "gpu_ms_per_pass": 1e-6 * (a["gpu_ns"] - b["gpu_ns"]) / passes,
-         "dispatches_per_pass": (a["dispatches"] - b["dispatches"]) / passes}
+         "dispatches_per_pass": (a["dispatches"] - b["dispatches"]) / passes,
+         # the host's part of a pass (session 29): the wall time a pass, and the backend's own
+         # phases (the rest is the runtime's: scheduling, sampling, events)
+         "wall_ms_per_pass": 1e3 * wall / passes,
+         "host_ms_per_pass": {k: 1e-6 * (a[k + "_ns"] - b[k + "_ns"]) / passes
+                              for k in ("plan", "record", "wait", "readback")},
+         "fast_rows": a["fast_rows"] - b["fast_rows"]}
     if profile:
         r["roles"] = {k: [1e-3 * (p1[k][0] - p0[k][0]) / passes, (p1[k][1] - p0[k][1]) / passes]
                       for k in p1 if p1[k][1] > p0[k][1]}

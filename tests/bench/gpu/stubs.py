@@ -21,6 +21,8 @@ ATTN_CALL = ("            rec_attn(&r, cf, G, il, R->window,\n                  
              "(uint32_t)rows[G->r0].pos : UINT32_MAX, sp, fr, n_ctx);")
 # name: [(file, text, replacement)], what is left out
 STUBS: dict[str, list[tuple[str, str, str]]] = {
+    # nothing left out: HEAD built the same way, the baseline beside a change not yet committed
+    "head": [],
     # the attention kernel returns at once: the dispatch's floor
     "attn_empty": [(SH + "attn_body.glsl", "    uint ngrp = p.n_head / GSZ;",
                     "    if (gl_NumWorkGroups.x > 0u) return;\n    uint ngrp = p.n_head / GSZ;")],

@@ -91,11 +91,12 @@ static uint32_t argmax_parts(uint32_t n_vocab, uint32_t *chunk) {
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
        P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_ARGMAX,
-       P_MVFAST, P_ATTN_FAST, P_NORM_FAST, P_MVFAST_PEND, P_MVT, P_COUNT = P_MVT + 2 * 6 };
-/* P_MVT + 2 i (+ 1: PEND): P_MVFAST (P_MVFAST_PEND) made for the weights of type k_mvt_types[i]
- * alone (mvfast.comp's specialization constant TYPE: its unpacking without a branch on the type,
- * so that the compiler can overlap one unit's loads with the next's), for the types the model's
- * layers have; P_MVFAST itself serves any other */
+       P_MVFAST, P_ATTN_FAST, P_NORM_FAST, P_MVFAST_PEND, P_MVT, P_COUNT = P_MVT + 4 * 6 };
+/* P_MVT + 4 i (+ 1: PEND; + 2: passes of several rows, mvfast.comp's SPREAD; else of one):
+ * P_MVFAST (P_MVFAST_PEND) made for the weights of type k_mvt_types[i] alone (mvfast.comp's
+ * specialization constant TYPE: its unpacking without a branch on the type, so that the compiler
+ * can overlap one unit's loads with the next's), for the types the model's layers have;
+ * P_MVFAST itself (SPREAD) serves any other */
 static const uint32_t k_mvt_types[6] = {GT_TYPE_Q4_0, GT_TYPE_Q4_1, GT_TYPE_Q5_0, GT_TYPE_Q8_0,
                                          GT_TYPE_Q4_K, GT_TYPE_Q6_K};
 static const char *const k_pipe_names[P_MVT] = {
@@ -108,6 +109,10 @@ static const char *const k_pipe_names[P_MVT] = {
 static int pipe_kind(int p) {
     return p < P_MVT ? p : (p - P_MVT) % 2 ? P_MVFAST_PEND : P_MVFAST;
 }
+/* a typed fast product's pipeline: weights of type k_mvt_types[t], pend, passes of several rows */
+static int pipe_mvt(int t, bool pend, bool spread) {
+    return P_MVT + 4 * t + (pend ? 1 : 0) + (spread ? 2 : 0);
+}
 /* The grouped attention's shared scores (attn_body.glsl's SH_TOTAL under ATTN_GROUP): a
  * dispatch takes the grouped kernels when its rows' positions (a split one's chunk) fit
  * GROUP_SH / attn_group a head, else one workgroup a head (SPLIT_SH) */
@@ -116,6 +121,10 @@ static int pipe_kind(int p) {
  * normed product stages its x once a workgroup. Session 28 on the H200, GPU ms a decode token
  * (Gemma 3 / SmolLM2): 2 rows 1.024 / 1.040, 4 rows 0.986 / 1.016, 8 rows 0.974 / 1.000 */
 #define MVF_ROWS 8u
+/* GEIST_DEVICE_FAST's products for passes of at most this many rows, a row a session (several
+ * sessions decoding together: run_pass's fast_attn): mvfast.comp's workgroups times the rows,
+ * each one row's outputs, every row's as a pass of that row alone computes them (session 29) */
+#define FAST_ROWS 8u
 /* P_MVFAST_PEND's staged residual: rows of at most this many values (16 KiB of shared memory) */
 #define PEND_MAX 4096u
 #define GROUP_MAX 4u /* attn_body.glsl's GMAX */
@@ -226,6 +235,11 @@ typedef struct gt_vk_fwd {
     cmd *plan, *last; /* this pass's commands, and those the command buffer holds (n_last) */
     uint32_t plan_cap, n_last;
     bool cb_valid;    /* cb holds `last`, resubmittable */
+    /* run_pass's plan keys (plan_key): this pass's (key_n words from key), and the recorded
+     * plan's (key_len words from key + key_cap / 2; 0: it has none); last_direct: its rows whose
+     * logits go straight into their session's */
+    uint64_t *key, last_direct;
+    uint32_t key_n, key_len, key_cap;
     VkQueryPool qp;   /* 2 timestamps around a pass, where the queue has them; profiling: one
                        * before the pass and one after every command (qp_cap of them) */
     uint32_t qp_cap;
@@ -488,6 +502,7 @@ void gt_vk_fwd_free(gt_vk_model *vm) {
     free(fw->ds_hash);
     free(fw->plan);
     free(fw->last);
+    free(fw->key);
     free(fw->lr);
     free(fw);
     vm->fwd = NULL;
@@ -721,7 +736,7 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
          * nor fresh (one row a session), so of the grouped kernels only P_ATTN_G is made there */
         const bool grouped = p >= P_ATTN_G && p <= P_ATTN_PART_FRESH_G;
         const int kind = pipe_kind(p);
-        if (p >= P_MVT && (!fw->pipe[kind] || !has_type[(p - P_MVT) / 2]))
+        if (p >= P_MVT && (!fw->pipe[kind] || !has_type[(p - P_MVT) / 4]))
             continue; /* made after the generic one of its kind, for the types present */
         if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) || (p == P_MVFAST && !c->fast) ||
             (p == P_MVFAST_PEND &&
@@ -742,10 +757,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         /* specialization constants: every kernel's FMA_EXACT (exact.glsl; an id a kernel does
          * not declare is ignored); matvec.comp's ROWS8 (1 or 2) and NORM_EPS (the model's
          * RMSNorm epsilon), matmul.comp's MR and MT (16-row tiles), the grouped attention's GSZ */
-        struct { uint32_t c0, c1; VkBool32 fma; uint32_t c2, c3, c4; } sv = {
-            0u, 0u, fw->fma ? VK_TRUE : VK_FALSE, 255u, 0u, 32u * MVF_ROWS};
-        const VkSpecializationMapEntry sme[6] = {{14, 8, 4}, {0, 0, 4}, {1, 4, 4}, {2, 12, 4},
-                                                 {3, 16, 4}, {4, 20, 4}};
+        struct { uint32_t c0, c1; VkBool32 fma; uint32_t c2, c3, c4, c5; } sv = {
+            0u, 0u, fw->fma ? VK_TRUE : VK_FALSE, 255u, 0u, 32u * MVF_ROWS, 1u /* SPREAD */};
+        const VkSpecializationMapEntry sme[7] = {{14, 8, 4}, {0, 0, 4}, {1, 4, 4}, {2, 12, 4},
+                                                 {3, 16, 4}, {4, 20, 4}, {5, 24, 4}};
         uint32_t n_sme = 1;
         if (p == P_MATVEC8 || p == P_MATVEC2 || mvf) {
             /* mvfast.comp's constant 0 is PEND (its staged residual's floats), not ROWS8; its 2
@@ -755,9 +770,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
                     : mvf ? 0u
                           : 1u;
             memcpy(&sv.c1, &vm->model->cfg.eps, 4);
-            if (p >= P_MVT) sv.c2 = k_mvt_types[(p - P_MVT) / 2];
+            if (p >= P_MVT) sv.c2 = k_mvt_types[(p - P_MVT) / 4];
+            if (p >= P_MVT && (p - P_MVT) % 4 < 2) sv.c5 = 0u; /* passes of one row */
             if ((uint32_t)vm->model->cfg.d_model <= PEND_MAX) sv.c3 = (uint32_t)vm->model->cfg.d_model;
-            n_sme = mvf ? 6 : 3;
+            n_sme = mvf ? 7 : 3;
         } else if (p == P_MATMUL16) {
             sv.c0 = 2u, sv.c1 = 1u, n_sme = 3;
         } else if (grouped) {
@@ -923,9 +939,9 @@ static geist_status grow_scratch(gt_vk_model *vm, int32_t rows, int32_t ctx, gt_
     if (od > wide) wide = od;
     const struct { vbuf *b; uint64_t bytes; int kind; } want[] = {
         {&fw->x, R * d * F, VB_DEVICE},     {&fw->xn, R * d * F, VB_DEVICE},
-        /* the residual's second buffer: one row (a post-norm is deferred only in passes of
-         * one row), where P_MVFAST_PEND was made (the pipelines come before the scratch) */
-        {&fw->x2, fw->pipe[P_MVFAST_PEND] ? d * F : 16, VB_DEVICE},
+        /* the residual's second buffer: FAST_ROWS rows (a post-norm is deferred only in fast
+         * passes), where P_MVFAST_PEND was made (the pipelines come before the scratch) */
+        {&fw->x2, fw->pipe[P_MVFAST_PEND] ? FAST_ROWS * d * F : 16, VB_DEVICE},
         {&fw->q, R * qd * F, VB_DEVICE},    {&fw->k, R * kd * F, VB_DEVICE},
         {&fw->v, R * vd * F, VB_DEVICE},    {&fw->att, R * od * F, VB_DEVICE},
         {&fw->o, R * d * F, VB_DEVICE},
@@ -1114,6 +1130,7 @@ typedef struct rec {
     bool wide;     /* fw->wide: decode's blocks-of-32 products take P_MATVEC2 */
     uint32_t spread_below; /* fw->spread_below */
     bool fast;     /* the pass's quantized products take P_MVFAST (rec_mvfast) */
+    uint32_t n_rows; /* the pass's rows (a fast pass's: one, or a row a session) */
     bool fast_attn; /* its rows attend in P_ATTN_FAST (run_pass's fast_attn, rec_attn) */
     uint32_t role; /* geist_device_role of the dispatches planned now */
     /* the residual stream's buffer (fw->x, or fw->x2 after a deferred post-norm was taken) and
@@ -1435,24 +1452,28 @@ static void dispatch_mv8(rec *r, const wref *w, const VkBuffer b[N_BIND], const 
  * one quant.comp dispatch costs (the logits: 6,144 workgroups of SmolLM2's, 32,768 of Gemma 3's) */
 #define SELFQ_MAX_ROWS 16384u
 
-/* GEIST_DEVICE_FAST: a quantized product of a pass of one row (r->fast) on float activations
+/* GEIST_DEVICE_FAST: a quantized product of a fast pass (r->fast) on float activations
  * (mvfast.comp: MVF_ROWS output rows a workgroup; MV_GATED: half as many gate rows and their up
  * rows; its pipeline made for the weights' type where there is one, P_MVT's), with
  * matvec.comp's in-product steps (bits): MV_ACC, MV_NORM (norm_at), MV_ROPE (hd, n_rot),
  * MV_GATED / MV_GELU (the up rows at up_off). Not cpu_scalar's bits: docs/VULKAN.md "Fast
  * products". Products of more than SELFQ_MAX_ROWS rows (a large vocabulary's output) keep the
  * 8-bit path, quant.comp once and matvec.comp's 8 rows a workgroup: Gemma 3's 262,144 took 276 us
- * on the H100 in mvfast.comp against 159 us so (session 23). Passes of several rows (sessions
- * decoding together, a prompt) keep it too: mvfast.comp's loop over 8 rows was 7-12 % slower
- * there than quant.comp once and the batched products. mvfast.comp reads x's floats: where the
- * scratch holds x's 8-bit rows (aq_src), which may be all that was made of it, the 8-bit path
- * reads those (fast passes make floats: fused_fmt takes no quant_fused there). */
+ * on the H100 in mvfast.comp against 159 us so (session 23). A prompt's rows keep it too; a
+ * pass of a row a session (at most FAST_ROWS) takes mvfast.comp's workgroups once a row (its
+ * SPREAD pipelines), each reading the weights again (from the caches: a workgroup's chain is
+ * latency-bound, not its loads), where a loop over 8 rows a workgroup was 7-12 % (session 23)
+ * and its weights unpacked once for all rows 17-23 % (session 28) slower than the batched 8-bit
+ * products, and a gated product's 8 rows a workgroup 30 % slower (Gemma 3, session 29).
+ * mvfast.comp reads x's floats: where the scratch holds x's 8-bit rows (aq_src), which may be
+ * all that was made of it, the 8-bit path reads those (fast passes make floats: fused_fmt takes
+ * no quant_fused there). */
 static VkBuffer res_other(const rec *r) {
     return r->res == r->fw->x.buf ? r->fw->x2.buf : r->fw->x.buf;
 }
 static bool fast_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) {
-    return r->fast && n_tok == 1 && act_fmt(w->type) >= 0 && w->n_out <= SELFQ_MAX_ROWS &&
-           r->aq_src != x;
+    return r->fast && n_tok == r->n_rows && act_fmt(w->type) >= 0 &&
+           w->n_out <= SELFQ_MAX_ROWS && r->aq_src != x;
 }
 /* Whether a decode-size product of x can take its in-product steps (norm, rotary, activation):
  * in mvfast.comp, or in matvec.comp with x's 8-bit rows made in shared memory (selfq_fits) */
@@ -1477,10 +1498,10 @@ static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
                                 write ? res_other(r) : 0};
     int pipe = pend ? P_MVFAST_PEND : P_MVFAST;
     for (int t = 0; t < 6; t++) /* the pipeline made for its weights' type, where there is one */
-        if (k_mvt_types[t] == w->type && r->fw->pipe[P_MVT + 2 * t + pend])
-            pipe = P_MVT + 2 * t + pend;
+        if (k_mvt_types[t] == w->type && r->fw->pipe[pipe_mvt(t, pend, n_tok > 1)])
+            pipe = pipe_mvt(t, pend, n_tok > 1);
     const uint32_t rows = gated ? MVF_ROWS / 2 : MVF_ROWS; /* outputs a workgroup */
-    dispatch(r, pipe, b, pc, sizeof pc, (w->n_out + rows - 1) / rows);
+    dispatch(r, pipe, b, pc, sizeof pc, n_tok * ((w->n_out + rows - 1) / rows));
     if (write) r->pend_write = false;
 }
 
@@ -1565,7 +1586,7 @@ static void rec_norm(rec *r, VkBuffer x, VkBuffer y, uint32_t n_rows, uint32_t d
  * where no product takes it (the last layer's, or the next products off the fast path) */
 static void settle(rec *r, uint32_t d, float eps) {
     if (r->pend == NO_NORM) return;
-    rec_norm(r, r->fw->o.buf, r->res, 1, d, r->pend, 0, eps, true);
+    rec_norm(r, r->fw->o.buf, r->res, r->n_rows, d, r->pend, 0, eps, true);
     r->pend = NO_NORM;
 }
 
@@ -1582,7 +1603,7 @@ static void rec_residual(rec *r, const wref *w, VkBuffer y, uint32_t n, uint32_t
         return;
     }
     rec_matvec(r, w, y, fw->o.buf, n, false);
-    if (defer && n == 1 && fw->pipe[P_MVFAST_PEND] != VK_NULL_HANDLE) {
+    if (defer && r->fast && fw->pipe[P_MVFAST_PEND] != VK_NULL_HANDLE) {
         r->pend = post;
         r->pend_write = true;
         return;
@@ -1685,8 +1706,28 @@ static uint32_t qout_of(uint32_t type, uint32_t hv) {
     return f >= 0 && hv <= 256 && hv % (f ? 256u : 32u) == 0 ? (uint32_t)f + 1u : 0u;
 }
 
+/* What a session's attention over n_ctx positions (its last row's, within the layer's window)
+ * takes from n_ctx: the split (sp), the fast attention's chunks (fs), and whether the positions a
+ * workgroup holds fit the grouped kernels' shared scores. Every n_ctx-dependent choice of
+ * rec_attn comes from here, so that passes of equal shapes plan the same commands (run_pass's
+ * plan key). */
+typedef struct attn_shape {
+    split sp, fs;
+    bool fits_group;
+} attn_shape;
+static attn_shape attn_shape_of(const gt_vk_ctx *c, const gt_vk_fwd *fw, const gt_config *cf,
+                                uint32_t n_rows, uint32_t n_ctx) {
+    attn_shape a = {split_of(c, n_rows, n_ctx, fw->cap_split),
+                    fast_split_of(c, n_ctx, fw->cap_split), false};
+    if ((uint64_t)n_rows * (uint64_t)cf->n_head * a.sp.n >= MAX_GROUPS_X) a.sp.n = 1;
+    a.fits_group = fw->attn_group > 1 &&
+                   (a.sp.n > 1 ? a.sp.ch : n_ctx) <= GROUP_SH / fw->attn_group;
+    return a;
+}
+
 static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint32_t window,
-                     uint32_t stage_pos0, split sp, fresh fr, uint32_t n_ctx) {
+                     uint32_t stage_pos0, attn_shape shape, fresh fr) {
+    const split sp = shape.sp;
     const gt_dev_kv *kv = G->kv, *pk = G->prefix;
     const uint32_t k_at = (uint32_t)kv->at[il];
     const uint32_t sk_at = (uint32_t)kv->stage_at;
@@ -1718,13 +1759,13 @@ static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint
     const uint32_t gsz = r->fw->attn_group;
     const int pg = fr.on ? (sp.n > 1 ? P_ATTN_PART_FRESH_G : P_ATTN_FRESH_G)
                          : (sp.n > 1 ? P_ATTN_PART_G : P_ATTN_G);
-    const bool grp_on = gsz > 1 && (sp.n > 1 ? sp.ch : n_ctx) <= GROUP_SH / gsz &&
+    const bool grp_on = gsz > 1 && shape.fits_group &&
                         (!r->wide || G->n > (int32_t)SPLIT_ROWS) &&
                         r->fw->pipe[pg] != VK_NULL_HANDLE;
     const uint32_t heads = (uint32_t)G->n * (uint32_t)cf->n_head / (grp_on ? gsz : 1u);
     /* GEIST_DEVICE_FAST's attention of a fresh pass (run_pass's fast_attn) */
     if (fr.on && r->fast_attn) {
-        const split fs = fast_split_of(r->c, n_ctx, r->fw->cap_split);
+        const split fs = shape.fs;
         pc.n_split = fs.n;
         pc.ch = fs.ch;
         const VkBuffer b[N_BIND] = {pk ? pk->b.buf : kv->b.buf, r->fw->in.buf, r->fw->q.buf,
@@ -1775,6 +1816,279 @@ static void rec_argmax(rec *r, uint32_t n_vocab, uint32_t n_out) {
 }
 
 /* one pass over rows [0, n) (n <= PASS_ROWS, as pass_take chose them) */
+/* What run_pass plans a pass from besides the rows' tokens and positions (the pass inputs'
+ * words: in): its rows, their sessions' groups and the pass's kind */
+typedef struct pass {
+    const gt_dev_row *rows;
+    int32_t n, n_groups, n_lg, n_id;
+    const grp *groups;
+    const gt_config *cf;
+    bool fresh; /* a row a session, F32 / F16 caches: each row's attention prologue inside */
+    uint32_t gather_at, rope_at, rope_at_local; /* words of in */
+} pass;
+
+/* The pass's commands into r (fw->plan); returns the output rows whose logits go straight into
+ * their session's (gt_vk_kv_logits) */
+static uint64_t plan_pass(rec *r, const pass *P) {
+    gt_vk_ctx *c = r->c;
+    gt_vk_fwd *fw = r->fw;
+    const gt_config *cf = P->cf;
+    const gt_dev_row *rows = P->rows;
+    const int32_t n = P->n, n_groups = P->n_groups, n_lg = P->n_lg, n_id = P->n_id;
+    const grp *groups = P->groups;
+    const bool fresh_pass = P->fresh;
+    const uint32_t gather_at = P->gather_at, rope_at = P->rope_at, rope_at_local = P->rope_at_local;
+    const int32_t half = cf->n_rot / 2;
+    uint64_t direct = 0; /* the output rows whose logits go straight into their session's */
+    const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
+    const uint32_t hk = (uint32_t)cf->head_dim_k, nrot = (uint32_t)cf->n_rot;
+    const uint32_t kd = (uint32_t)(cf->n_head_kv * cf->head_dim_k);
+    for (int32_t i = 0; i < fw->n_tok; i++) {
+        const wref *tw = &fw->tok[i];
+        struct { uint32_t w_off, type, n_in, row_bytes; float scale; uint32_t row_lo, row_hi; } pc = {
+            tw->off, tw->type, tw->n_in, tw->row_bytes, cf->embed_scale, tw->row0,
+            tw->row0 + tw->n_out};
+        const VkBuffer b[N_BIND] = {tw->buf, fw->in.buf, 0, fw->x.buf, 0, 0, 0, 0};
+        dispatch(r, P_EMBED, b, &pc, sizeof pc, N);
+    }
+    for (int32_t il = 0; il < cf->n_layer; il++) {
+        const wref *w = &fw->lw[il * W_PER_LAYER];
+        const layer_recipe *R = &fw->lr[il];
+        /* decode-size steps (selfq_fits): the attention norm inside the Q, K, V products (each
+         * repeats it) and, without a QK norm in between, the rotation of adjacent pairs inside
+         * Q and K (the global table) */
+        r->role = GEIST_ROLE_QKV;
+        const bool qkv_q = act_fmt(w[W_Q].type) >= 0 && act_fmt(w[W_K].type) >= 0 &&
+                           act_fmt(w[W_V].type) >= 0;
+        const bool fuse_n1 = qkv_q && fused_fits(r, &w[W_Q], r->res, N) &&
+                             fused_fits(r, &w[W_K], r->res, N) &&
+                             fused_fits(r, &w[W_V], r->res, N) && fw->n_norm < (1u << 24);
+        /* the previous layer's deferred post-norm (down's) in Q, K and V's fast products */
+        if (!(fuse_n1 && fast_fits(r, &w[W_Q], r->res, N) && fast_fits(r, &w[W_K], r->res, N) &&
+              fast_fits(r, &w[W_V], r->res, N)))
+            settle(r, d, cf->eps);
+        const bool took = r->pend != NO_NORM;
+        const bool fuse_rope = fuse_n1 && R->q_norm == NO_NORM && R->rope_table == 0 &&
+                               cf->rope_style == GT_ROPE_NORM && hk < 4096 && nrot < 4096 &&
+                               w[W_Q].n_out == (uint32_t)cf->n_head * hk && w[W_K].n_out == kd;
+        if (fuse_n1) {
+            const uint32_t rb = MV_NORM | (fuse_rope ? MV_ROPE : 0u);
+            rec_mv_fused(r, &w[W_Q], r->res, fw->q.buf, N, rb, R->attn_norm, hk, nrot);
+            rec_mv_fused(r, &w[W_K], r->res, fw->k.buf, N, rb, R->attn_norm, hk, nrot);
+            rec_mv_fused(r, &w[W_V], r->res, fw->v.buf, N, MV_NORM, R->attn_norm, 0, 0);
+            if (took) { /* Q's product wrote the residual with it into the other buffer */
+                r->res = res_other(r);
+                r->pend = NO_NORM;
+            }
+        } else {
+            const int qf = fused_fmt(r, d, &w[W_Q], &w[W_K], &w[W_V]);
+            if (qf >= 0) /* the norm straight into Q, K and V's 8-bit rows */
+                rec_quant_fused(r, r->res, 0, fw->xn.buf, d, N, qf, QF_NORM, R->attn_norm,
+                                cf->eps, 0);
+            else
+                rec_norm(r, r->res, fw->xn.buf, N, d, R->attn_norm, 0, cf->eps, false);
+            rec_matvec(r, &w[W_Q], fw->xn.buf, fw->q.buf, N, false);
+            rec_matvec(r, &w[W_K], fw->xn.buf, fw->k.buf, N, false);
+            rec_matvec(r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
+        }
+        r->role = GEIST_ROLE_QK_ROPE;
+        const fresh fr = {fresh_pass,
+                          (R->q_norm != NO_NORM ? 1u : 0u) |
+                              (!fuse_rope ? 2u | (cf->rope_style == GT_ROPE_NEOX ? 4u : 0u) : 0u),
+                          R->q_norm, R->k_norm, R->rope_table ? rope_at_local : rope_at,
+                          fresh_pass && !r->fast
+                              ? qout_of(w[W_O].type, (uint32_t)cf->head_dim_v)
+                              : 0u};
+        if (R->q_norm != NO_NORM && !fr.on) { /* per head, in place, before the rotary */
+            rec_norm(r, fw->q.buf, fw->q.buf, N * (uint32_t)cf->n_head, hk, R->q_norm, 0, cf->eps,
+                     false);
+            rec_norm(r, fw->k.buf, fw->k.buf, N * (uint32_t)cf->n_head_kv, hk, R->k_norm, 0,
+                     cf->eps, false);
+        }
+        if (!fuse_rope && !fr.on) {
+            const uint32_t pc[7] = {N, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv, hk,
+                                    (uint32_t)cf->n_rot, cf->rope_style == GT_ROPE_NEOX,
+                                    R->rope_table ? rope_at_local : rope_at};
+            const VkBuffer b[N_BIND] = {0, fw->in.buf, fw->q.buf, fw->k.buf, 0, 0, 0, 0};
+            const uint32_t total = N * (uint32_t)(cf->n_head + cf->n_head_kv) * (uint32_t)half;
+            dispatch(r, P_ROPE, b, pc, sizeof pc, (total + 63) / 64);
+        }
+        /* a ring layer's rows of several positions reaching its rows (staged_on): staged while
+         * they attend, then stored (kv.h's GT_KV_STAGED: writing them first could overwrite
+         * slots earlier rows see); kvstore makes the same bits both times */
+        bool staged[PASS_ROWS];
+        r->role = GEIST_ROLE_KV_STORE;
+        for (int32_t g = 0; g < n_groups; g++) {
+            const grp *G = &groups[g];
+            staged[g] = staged_on(G, rows[G->r0 + G->n - 1].pos, G->kv->rows[il]);
+            if (!fr.on) rec_kvstore(r, cf, G, il, staged[g]);
+        }
+        /* decode rows in chunks of positions (split_of), each row's last chunk merging them */
+        r->role = GEIST_ROLE_ATTENTION;
+        for (int32_t g = 0; g < n_groups; g++) {
+            const grp *G = &groups[g];
+            uint32_t n_ctx = (uint32_t)rows[G->r0 + G->n - 1].pos + 1;
+            if (R->window > 0 && n_ctx > R->window) n_ctx = R->window;
+            /* after the first: each session's own rows of att, scores, partials and counts */
+            r->disjoint = g > 0;
+            rec_attn(r, cf, G, il, R->window,
+                     staged[g] ? (uint32_t)rows[G->r0].pos : UINT32_MAX,
+                     attn_shape_of(c, fw, cf, (uint32_t)G->n, n_ctx), fr);
+        }
+        r->disjoint = false;
+        r->role = GEIST_ROLE_KV_STORE;
+        for (int32_t g = 0; g < n_groups; g++)
+            if (staged[g]) rec_kvstore(r, cf, &groups[g], il, false);
+        if (fr.qout) { /* every row's heads as O's 8-bit rows (after the dispatches above) */
+            r->aq_src = fw->att.buf;
+            r->aq_fmt = (int)fr.qout - 1;
+        }
+        /* gate and up as one product when they lie back to back (GGUF's order), the FFN norm
+         * and the activation inside it (MV_GATED: each workgroup holds 4 gate rows and their up
+         * rows), into up's scratch, then down making its 8-bit rows of those (decode-size
+         * steps; a post-norm after it as rec_residual's); else norm, gate, up, act.comp, down.
+         * (The activation inside the down product instead would repeat all of them in every
+         * workgroup.) */
+        const wref *wg = &w[W_GATE], *wu = &w[W_UP], *wdn = &w[W_DOWN];
+        const bool fuse_ffn = wg->buf == wu->buf && wg->type == wu->type && wg->n_in == wu->n_in &&
+                              wg->n_out == wu->n_out && wg->n_out == nff && act_fmt(wg->type) >= 0 &&
+                              act_fmt(wdn->type) >= 0 && wg->row0 == 0 && wu->row0 == 0 &&
+                              fused_fits(r, wg, r->res, N) &&
+                              fused_fits(r, wdn, fw->up.buf, N) &&
+                              fw->n_norm < (1u << 24);
+        /* O's post-norm deferred into the gated product's norm where that is a fast product;
+         * the FFN's into the next layer's Q, K and V (or settled there) */
+        r->role = GEIST_ROLE_ATTN_OUT;
+        rec_residual(r, &w[W_O], fw->att.buf, N, R->post_attn, cf->eps,
+                     fuse_ffn && fast_fits(r, wg, r->res, N));
+        r->role = GEIST_ROLE_FFN_UP;
+        if (fuse_ffn) {
+            const bool took_o = r->pend != NO_NORM;
+            rec_mv_gated(r, wg, wu, r->res, fw->up.buf, N,
+                         MV_NORM | (cf->act == GT_ACT_GELU_TANH ? MV_GELU : 0), R->ffn_norm);
+            if (took_o) {
+                r->res = res_other(r);
+                r->pend = NO_NORM;
+            }
+            r->role = GEIST_ROLE_FFN_DOWN;
+            if (R->post_ffn == NO_NORM)
+                rec_mv_fused(r, wdn, fw->up.buf, r->res, N, MV_ACC, 0, 0, 0); /* x += ffn */
+            else
+                rec_residual(r, wdn, fw->up.buf, N, R->post_ffn, cf->eps, r->fast);
+            continue;
+        }
+        settle(r, d, cf->eps); /* (O defers only into the fused path's gated product) */
+        const int gf = fused_fmt(r, d, &w[W_GATE], &w[W_UP], NULL);
+        if (gf >= 0) /* the norm straight into gate and up's 8-bit rows */
+            rec_quant_fused(r, r->res, 0, fw->xn.buf, d, N, gf, QF_NORM, R->ffn_norm, cf->eps,
+                            0);
+        else
+            rec_norm(r, r->res, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);
+        rec_matvec(r, &w[W_GATE], fw->xn.buf, fw->gate.buf, N, false);
+        rec_matvec(r, &w[W_UP], fw->xn.buf, fw->up.buf, N, false);
+        r->role = GEIST_ROLE_FFN_ACT;
+        const int df = fused_fmt(r, nff, &w[W_DOWN], NULL, NULL);
+        if (df >= 0) { /* the activation straight into down's 8-bit rows */
+            rec_quant_fused(r, fw->gate.buf, fw->up.buf, fw->gate.buf, nff, N, df, QF_ACT, 0, 0.0f,
+                            cf->act == GT_ACT_GELU_TANH);
+        } else {
+            const uint32_t pc[3] = {N * nff, cf->act == GT_ACT_GELU_TANH, 0 /* pair */};
+            const VkBuffer b[N_BIND] = {0, 0, fw->up.buf, fw->gate.buf, 0, 0, 0, 0};
+            dispatch(r, P_ACT, b, pc, sizeof pc, (N * nff + 63) / 64);
+        }
+        r->role = GEIST_ROLE_FFN_DOWN;
+        rec_residual(r, &w[W_DOWN], fw->gate.buf, N, R->post_ffn, cf->eps, false);
+    }
+    r->role = GEIST_ROLE_OUTPUT;
+    settle(r, d, cf->eps);
+    if (n_lg > 0) {
+        rec_norm(r, r->res, fw->xn.buf, (uint32_t)n_lg, d, fw->out_norm, gather_at, cf->eps,
+                 false);
+        for (int32_t i = 0; i < fw->n_out; i++) /* the output's parts: rows row0.. of y */
+            rec_matvec(r, &fw->out[i], fw->xn.buf, fw->lg.buf, (uint32_t)n_lg, false);
+    }
+    if (n_id > 0) {
+        r->role = GEIST_ROLE_ARGMAX;
+        rec_argmax(r, (uint32_t)cf->n_vocab, (uint32_t)n_lg);
+    }
+    if (n_lg > 0) { /* the logits rows wanted into host-cached memory; the ids made visible */
+        cmd *e = plan_next(r);
+        if (e) {
+            uint64_t mask = 0; /* the output rows whose logits are copied into lgh */
+            for (int32_t t = 0, k = 0; t < n; t++) {
+                if (!rows[t].logits && !rows[t].argmax) continue;
+                if (rows[t].logits && rows[t].kv && rows[t].logits == rows[t].kv->lgo.map &&
+                    e->pc[3] < N_BIND) { /* into the session's own (gt_vk_kv_logits) */
+                    direct |= 1ull << k;
+                    e->bind[e->pc[3]] = rows[t].kv->lgo.buf;
+                    e->pc[4 + e->pc[3]++] = (uint32_t)k;
+                } else {
+                    mask |= (uint64_t)(rows[t].logits != NULL) << k;
+                }
+                k++;
+            }
+            e->kind = CMD_COPY_LOGITS;
+            e->role = GEIST_ROLE_LOGITS_COPY;
+            e->pc[0] = (uint32_t)cf->n_vocab * (uint32_t)sizeof(float);
+            e->pc[1] = (uint32_t)mask;
+            e->pc[2] = (uint32_t)(mask >> 32);
+        }
+    }
+    return direct;
+}
+
+/* The key of a decode pass's plan (a row a session) into fw->key (key_n words): everything
+ * plan_pass reads but the rows' tokens and positions, which only the inputs' words hold, and of
+ * the positions what the attention takes from them (attn_shape_of at each window the layers
+ * have). Passes of equal keys plan the same commands (the recording's buffers too: freeing a
+ * session's KV drops the recording, forget_buffer). False: no room for it (then plan). */
+static bool plan_key(const rec *r, const gt_config *cf, const grp *groups, int32_t n_groups,
+                     const gt_dev_row *rows, int32_t n_lg, int32_t n_id) {
+    gt_vk_fwd *fw = r->fw;
+    uint32_t wins[4], n_wins = 0; /* the layers' windows (0: all positions) */
+    for (int32_t il = 0; il < cf->n_layer; il++) {
+        uint32_t i = 0;
+        while (i < n_wins && wins[i] != fw->lr[il].window) i++;
+        if (i == n_wins) {
+            if (n_wins == 4) return false;
+            wins[n_wins++] = fw->lr[il].window;
+        }
+    }
+    const uint32_t words = 4u + (uint32_t)n_groups * (4u + 3u * n_wins);
+    if (2u * words > fw->key_cap) {
+        uint64_t *k = realloc(fw->key, 4u * words * sizeof *k);
+        if (!k) return false;
+        if (fw->key_len) /* the recorded plan's, into the new second half */
+            memmove(k + 2u * words, k + fw->key_cap / 2, fw->key_len * sizeof *k);
+        fw->key = k;
+        fw->key_cap = 4u * words;
+    }
+    uint64_t *k = fw->key;
+    uint32_t w = 0;
+    k[w++] = (uint64_t)n_groups | (uint64_t)r->fast << 32 | (uint64_t)r->fast_attn << 33;
+    k[w++] = (uint64_t)(uint32_t)n_lg | (uint64_t)(uint32_t)n_id << 32;
+    k[w++] = (uint64_t)fw->cap_ctx | (uint64_t)fw->cap_split << 32;
+    k[w++] = (uint64_t)fw->cap_rows;
+    for (int32_t g = 0; g < n_groups; g++) {
+        const gt_dev_row *rw = &rows[groups[g].r0];
+        k[w++] = (uint64_t)(uintptr_t)rw->kv;
+        k[w++] = (uint64_t)(uintptr_t)rw->prefix;
+        k[w++] = (uint64_t)(uint32_t)rw->n_prefix;
+        k[w++] = (uint64_t)(rw->logits != NULL) | (uint64_t)(rw->argmax != NULL) << 1 |
+                 (uint64_t)(rw->logits && rw->logits == rw->kv->lgo.map) << 2;
+        for (uint32_t i = 0; i < n_wins; i++) {
+            uint32_t n_ctx = (uint32_t)rw->pos + 1;
+            if (wins[i] > 0 && n_ctx > wins[i]) n_ctx = wins[i];
+            const attn_shape a = attn_shape_of(r->c, fw, cf, 1, n_ctx);
+            k[w++] = (uint64_t)a.sp.n | (uint64_t)(a.sp.n > 1 ? a.sp.ch : 0u) << 32;
+            k[w++] = (uint64_t)a.fs.n | (uint64_t)a.fs.ch << 32;
+            k[w++] = a.fits_group;
+        }
+    }
+    fw->key_n = w;
+    return true;
+}
+
 static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, gt_err *err) {
     gt_vk_ctx *c = vm->ctx;
     gt_vk_fwd *fw = vm->fwd;
@@ -1847,209 +2161,37 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
 
     rec r = {.c = c, .fw = fw, .aq_src = VK_NULL_HANDLE, .aq_fmt = -1, .mm = fw->mm, .wide = fw->wide,
              .spread_below = fw->spread_below,
-             .fast = fw->pipe[P_MVFAST] != VK_NULL_HANDLE && n == 1, .fast_attn = fast_attn,
+             .fast = fw->pipe[P_MVFAST] != VK_NULL_HANDLE &&
+                     (n == 1 || (fast_attn && (uint32_t)n <= FAST_ROWS)),
+             .n_rows = (uint32_t)n, .fast_attn = fast_attn,
              .role = GEIST_ROLE_EMBED, .res = fw->x.buf, .pend = NO_NORM};
-    const uint32_t N = (uint32_t)n, d = (uint32_t)cf->d_model, nff = (uint32_t)cf->n_ff;
-    const uint32_t hk = (uint32_t)cf->head_dim_k, nrot = (uint32_t)cf->n_rot;
-    const uint32_t kd = (uint32_t)(cf->n_head_kv * cf->head_dim_k);
-    for (int32_t i = 0; i < fw->n_tok; i++) {
-        const wref *tw = &fw->tok[i];
-        struct { uint32_t w_off, type, n_in, row_bytes; float scale; uint32_t row_lo, row_hi; } pc = {
-            tw->off, tw->type, tw->n_in, tw->row_bytes, cf->embed_scale, tw->row0,
-            tw->row0 + tw->n_out};
-        const VkBuffer b[N_BIND] = {tw->buf, fw->in.buf, 0, fw->x.buf, 0, 0, 0, 0};
-        dispatch(&r, P_EMBED, b, &pc, sizeof pc, N);
-    }
-    for (int32_t il = 0; il < cf->n_layer; il++) {
-        const wref *w = &fw->lw[il * W_PER_LAYER];
-        const layer_recipe *R = &fw->lr[il];
-        /* decode-size steps (selfq_fits): the attention norm inside the Q, K, V products (each
-         * repeats it) and, without a QK norm in between, the rotation of adjacent pairs inside
-         * Q and K (the global table) */
-        r.role = GEIST_ROLE_QKV;
-        const bool qkv_q = act_fmt(w[W_Q].type) >= 0 && act_fmt(w[W_K].type) >= 0 &&
-                           act_fmt(w[W_V].type) >= 0;
-        const bool fuse_n1 = qkv_q && fused_fits(&r, &w[W_Q], r.res, N) &&
-                             fused_fits(&r, &w[W_K], r.res, N) &&
-                             fused_fits(&r, &w[W_V], r.res, N) && fw->n_norm < (1u << 24);
-        /* the previous layer's deferred post-norm (down's) in Q, K and V's fast products */
-        if (!(fuse_n1 && fast_fits(&r, &w[W_Q], r.res, N) && fast_fits(&r, &w[W_K], r.res, N) &&
-              fast_fits(&r, &w[W_V], r.res, N)))
-            settle(&r, d, cf->eps);
-        const bool took = r.pend != NO_NORM;
-        const bool fuse_rope = fuse_n1 && R->q_norm == NO_NORM && R->rope_table == 0 &&
-                               cf->rope_style == GT_ROPE_NORM && hk < 4096 && nrot < 4096 &&
-                               w[W_Q].n_out == (uint32_t)cf->n_head * hk && w[W_K].n_out == kd;
-        if (fuse_n1) {
-            const uint32_t rb = MV_NORM | (fuse_rope ? MV_ROPE : 0u);
-            rec_mv_fused(&r, &w[W_Q], r.res, fw->q.buf, N, rb, R->attn_norm, hk, nrot);
-            rec_mv_fused(&r, &w[W_K], r.res, fw->k.buf, N, rb, R->attn_norm, hk, nrot);
-            rec_mv_fused(&r, &w[W_V], r.res, fw->v.buf, N, MV_NORM, R->attn_norm, 0, 0);
-            if (took) { /* Q's product wrote the residual with it into the other buffer */
-                r.res = res_other(&r);
-                r.pend = NO_NORM;
-            }
-        } else {
-            const int qf = fused_fmt(&r, d, &w[W_Q], &w[W_K], &w[W_V]);
-            if (qf >= 0) /* the norm straight into Q, K and V's 8-bit rows */
-                rec_quant_fused(&r, r.res, 0, fw->xn.buf, d, N, qf, QF_NORM, R->attn_norm,
-                                cf->eps, 0);
-            else
-                rec_norm(&r, r.res, fw->xn.buf, N, d, R->attn_norm, 0, cf->eps, false);
-            rec_matvec(&r, &w[W_Q], fw->xn.buf, fw->q.buf, N, false);
-            rec_matvec(&r, &w[W_K], fw->xn.buf, fw->k.buf, N, false);
-            rec_matvec(&r, &w[W_V], fw->xn.buf, fw->v.buf, N, false);
-        }
-        r.role = GEIST_ROLE_QK_ROPE;
-        const fresh fr = {fresh_pass,
-                          (R->q_norm != NO_NORM ? 1u : 0u) |
-                              (!fuse_rope ? 2u | (cf->rope_style == GT_ROPE_NEOX ? 4u : 0u) : 0u),
-                          R->q_norm, R->k_norm, R->rope_table ? rope_at_local : rope_at,
-                          fresh_pass && !r.fast
-                              ? qout_of(w[W_O].type, (uint32_t)cf->head_dim_v)
-                              : 0u};
-        if (R->q_norm != NO_NORM && !fr.on) { /* per head, in place, before the rotary */
-            rec_norm(&r, fw->q.buf, fw->q.buf, N * (uint32_t)cf->n_head, hk, R->q_norm, 0, cf->eps,
-                     false);
-            rec_norm(&r, fw->k.buf, fw->k.buf, N * (uint32_t)cf->n_head_kv, hk, R->k_norm, 0,
-                     cf->eps, false);
-        }
-        if (!fuse_rope && !fr.on) {
-            const uint32_t pc[7] = {N, (uint32_t)cf->n_head, (uint32_t)cf->n_head_kv, hk,
-                                    (uint32_t)cf->n_rot, cf->rope_style == GT_ROPE_NEOX,
-                                    R->rope_table ? rope_at_local : rope_at};
-            const VkBuffer b[N_BIND] = {0, fw->in.buf, fw->q.buf, fw->k.buf, 0, 0, 0, 0};
-            const uint32_t total = N * (uint32_t)(cf->n_head + cf->n_head_kv) * (uint32_t)half;
-            dispatch(&r, P_ROPE, b, pc, sizeof pc, (total + 63) / 64);
-        }
-        /* a ring layer's rows of several positions reaching its rows (staged_on): staged while
-         * they attend, then stored (kv.h's GT_KV_STAGED: writing them first could overwrite
-         * slots earlier rows see); kvstore makes the same bits both times */
-        bool staged[PASS_ROWS];
-        r.role = GEIST_ROLE_KV_STORE;
-        for (int32_t g = 0; g < n_groups; g++) {
-            const grp *G = &groups[g];
-            staged[g] = staged_on(G, rows[G->r0 + G->n - 1].pos, G->kv->rows[il]);
-            if (!fr.on) rec_kvstore(&r, cf, G, il, staged[g]);
-        }
-        /* decode rows in chunks of positions (split_of), each row's last chunk merging them */
-        r.role = GEIST_ROLE_ATTENTION;
-        for (int32_t g = 0; g < n_groups; g++) {
-            const grp *G = &groups[g];
-            uint32_t n_ctx = (uint32_t)rows[G->r0 + G->n - 1].pos + 1;
-            if (R->window > 0 && n_ctx > R->window) n_ctx = R->window;
-            split sp = split_of(c, (uint32_t)G->n, n_ctx, fw->cap_split);
-            if ((uint64_t)G->n * (uint64_t)cf->n_head * sp.n >= MAX_GROUPS_X) sp.n = 1;
-            /* after the first: each session's own rows of att, scores, partials and counts */
-            r.disjoint = g > 0;
-            rec_attn(&r, cf, G, il, R->window,
-                     staged[g] ? (uint32_t)rows[G->r0].pos : UINT32_MAX, sp, fr, n_ctx);
-        }
-        r.disjoint = false;
-        r.role = GEIST_ROLE_KV_STORE;
-        for (int32_t g = 0; g < n_groups; g++)
-            if (staged[g]) rec_kvstore(&r, cf, &groups[g], il, false);
-        if (fr.qout) { /* every row's heads as O's 8-bit rows (after the dispatches above) */
-            r.aq_src = fw->att.buf;
-            r.aq_fmt = (int)fr.qout - 1;
-        }
-        /* gate and up as one product when they lie back to back (GGUF's order), the FFN norm
-         * and the activation inside it (MV_GATED: each workgroup holds 4 gate rows and their up
-         * rows), into up's scratch, then down making its 8-bit rows of those (decode-size
-         * steps; a post-norm after it as rec_residual's); else norm, gate, up, act.comp, down.
-         * (The activation inside the down product instead would repeat all of them in every
-         * workgroup.) */
-        const wref *wg = &w[W_GATE], *wu = &w[W_UP], *wdn = &w[W_DOWN];
-        const bool fuse_ffn = wg->buf == wu->buf && wg->type == wu->type && wg->n_in == wu->n_in &&
-                              wg->n_out == wu->n_out && wg->n_out == nff && act_fmt(wg->type) >= 0 &&
-                              act_fmt(wdn->type) >= 0 && wg->row0 == 0 && wu->row0 == 0 &&
-                              fused_fits(&r, wg, r.res, N) &&
-                              fused_fits(&r, wdn, fw->up.buf, N) &&
-                              fw->n_norm < (1u << 24);
-        /* O's post-norm deferred into the gated product's norm where that is a fast product;
-         * the FFN's into the next layer's Q, K and V (or settled there) */
-        r.role = GEIST_ROLE_ATTN_OUT;
-        rec_residual(&r, &w[W_O], fw->att.buf, N, R->post_attn, cf->eps,
-                     fuse_ffn && fast_fits(&r, wg, r.res, N));
-        r.role = GEIST_ROLE_FFN_UP;
-        if (fuse_ffn) {
-            const bool took_o = r.pend != NO_NORM;
-            rec_mv_gated(&r, wg, wu, r.res, fw->up.buf, N,
-                         MV_NORM | (cf->act == GT_ACT_GELU_TANH ? MV_GELU : 0), R->ffn_norm);
-            if (took_o) {
-                r.res = res_other(&r);
-                r.pend = NO_NORM;
-            }
-            r.role = GEIST_ROLE_FFN_DOWN;
-            if (R->post_ffn == NO_NORM)
-                rec_mv_fused(&r, wdn, fw->up.buf, r.res, N, MV_ACC, 0, 0, 0); /* x += ffn */
-            else
-                rec_residual(&r, wdn, fw->up.buf, N, R->post_ffn, cf->eps, r.fast);
-            continue;
-        }
-        settle(&r, d, cf->eps); /* (O defers only into the fused path's gated product) */
-        const int gf = fused_fmt(&r, d, &w[W_GATE], &w[W_UP], NULL);
-        if (gf >= 0) /* the norm straight into gate and up's 8-bit rows */
-            rec_quant_fused(&r, r.res, 0, fw->xn.buf, d, N, gf, QF_NORM, R->ffn_norm, cf->eps,
-                            0);
-        else
-            rec_norm(&r, r.res, fw->xn.buf, N, d, R->ffn_norm, 0, cf->eps, false);
-        rec_matvec(&r, &w[W_GATE], fw->xn.buf, fw->gate.buf, N, false);
-        rec_matvec(&r, &w[W_UP], fw->xn.buf, fw->up.buf, N, false);
-        r.role = GEIST_ROLE_FFN_ACT;
-        const int df = fused_fmt(&r, nff, &w[W_DOWN], NULL, NULL);
-        if (df >= 0) { /* the activation straight into down's 8-bit rows */
-            rec_quant_fused(&r, fw->gate.buf, fw->up.buf, fw->gate.buf, nff, N, df, QF_ACT, 0, 0.0f,
-                            cf->act == GT_ACT_GELU_TANH);
-        } else {
-            const uint32_t pc[3] = {N * nff, cf->act == GT_ACT_GELU_TANH, 0 /* pair */};
-            const VkBuffer b[N_BIND] = {0, 0, fw->up.buf, fw->gate.buf, 0, 0, 0, 0};
-            dispatch(&r, P_ACT, b, pc, sizeof pc, (N * nff + 63) / 64);
-        }
-        r.role = GEIST_ROLE_FFN_DOWN;
-        rec_residual(&r, &w[W_DOWN], fw->gate.buf, N, R->post_ffn, cf->eps, false);
-    }
-    r.role = GEIST_ROLE_OUTPUT;
-    settle(&r, d, cf->eps);
-    if (n_lg > 0) {
-        rec_norm(&r, r.res, fw->xn.buf, (uint32_t)n_lg, d, fw->out_norm, gather_at, cf->eps,
-                 false);
-        for (int32_t i = 0; i < fw->n_out; i++) /* the output's parts: rows row0.. of y */
-            rec_matvec(&r, &fw->out[i], fw->xn.buf, fw->lg.buf, (uint32_t)n_lg, false);
-    }
-    if (n_id > 0) {
-        r.role = GEIST_ROLE_ARGMAX;
-        rec_argmax(&r, (uint32_t)cf->n_vocab, (uint32_t)n_lg);
-    }
+    /* a pass of a row a session (decode) whose plan key is the last pass's: its commands are
+     * the recorded ones (only the inputs' words differ), planned and compared no more */
+    const bool keyed = n_groups == n && plan_key(&r, cf, groups, n_groups, rows, n_lg, n_id);
     uint64_t direct = 0; /* the output rows whose logits go straight into their session's */
-    if (n_lg > 0) { /* the logits rows wanted into host-cached memory; the ids made visible */
-        cmd *e = plan_next(&r);
-        if (e) {
-            uint64_t mask = 0; /* the output rows whose logits are copied into lgh */
-            for (int32_t t = 0, k = 0; t < n; t++) {
-                if (!rows[t].logits && !rows[t].argmax) continue;
-                if (rows[t].logits && rows[t].kv && rows[t].logits == rows[t].kv->lgo.map &&
-                    e->pc[3] < N_BIND) { /* into the session's own (gt_vk_kv_logits) */
-                    direct |= 1ull << k;
-                    e->bind[e->pc[3]] = rows[t].kv->lgo.buf;
-                    e->pc[4 + e->pc[3]++] = (uint32_t)k;
-                } else {
-                    mask |= (uint64_t)(rows[t].logits != NULL) << k;
-                }
-                k++;
-            }
-            e->kind = CMD_COPY_LOGITS;
-            e->role = GEIST_ROLE_LOGITS_COPY;
-            e->pc[0] = (uint32_t)cf->n_vocab * (uint32_t)sizeof(float);
-            e->pc[1] = (uint32_t)mask;
-            e->pc[2] = (uint32_t)(mask >> 32);
-        }
+    const bool cached = keyed && fw->cb_valid && fw->key_len == fw->key_n &&
+                        memcmp(fw->key, fw->key + fw->key_cap / 2,
+                               fw->key_len * sizeof *fw->key) == 0;
+    if (cached) {
+        r.n = fw->n_last;
+        direct = fw->last_direct;
+    } else {
+        const pass P = {rows, n, n_groups, n_lg, n_id, groups, cf, fresh_pass, gather_at, rope_at,
+                        rope_at_local};
+        fw->key_len = 0; /* fw->plan is this pass's from here */
+        direct = plan_pass(&r, &P);
+        fw->stats.planned++;
     }
     if (r.failed) return gt_fail(err, GEIST_ERR_OUT_OF_MEMORY, "vulkan: out of memory (a step's plan)");
     /* the recorded command buffer again when the plan is the last one's, else a new recording */
     const uint64_t t_rec = now_ns();
-    const bool same = fw->cb_valid && fw->n_last == r.n &&
-                      memcmp(fw->last, fw->plan, r.n * sizeof *fw->plan) == 0;
+    const bool same = cached || (fw->cb_valid && fw->n_last == r.n &&
+                                 memcmp(fw->last, fw->plan, r.n * sizeof *fw->plan) == 0);
+    if (!cached && keyed) { /* the key of the plan (kept where it is recorded below) */
+        fw->key_len = fw->key_n;
+        memcpy(fw->key + fw->key_cap / 2, fw->key, fw->key_n * sizeof *fw->key);
+        fw->last_direct = direct;
+    }
     if (!same) {
         fw->cb_valid = false;
         if (fw->ds_used + r.n > fw->ds_cap) { /* room for every set of this pass */
@@ -2068,7 +2210,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         }
         fw->stats.recorded++;
     }
-    for (uint32_t i = 0; i < r.n; i++) {
+    for (uint32_t i = 0; i < r.n; i++) { /* (fw->plan holds the last pass's plan when cached) */
         fw->stats.dispatches += fw->plan[i].kind == CMD_DISPATCH;
         fw->stats.barriers += fw->plan[i].barrier;
     }
@@ -2131,6 +2273,7 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     stt->logit_rows += (uint64_t)(n_lg - n_id);
     stt->id_rows += (uint64_t)n_id;
     if (r.fast_attn) stt->fast_attn_rows += (uint64_t)n;
+    if (r.fast) stt->fast_rows += (uint64_t)n;
     stt->plan_ns += t_rec - t_plan;
     stt->record_ns += t_sub - t_rec;
     stt->wait_ns += t_done - t_sub;

@@ -42,6 +42,10 @@ layout(constant_id = 2) const uint TYPE = 255u; // the weights' type where the p
 // a normed product then normalizes each value it reads); PEND needs it
 layout(constant_id = 3) const uint XN = 0u;
 const uint NV4 = XN > 0u ? (XN + 4u * LANES - 1u) / (4u * LANES) : 1u; // a lane's runs of 4 values of a staged row
+// SPREAD (the constant 5): the workgroups span n_tok pass rows (a row a session, vk_forward.c's
+// FAST_ROWS), each one row's outputs; 0: a pass of one row (n_tok not read: no division at the
+// head of the chain, which cost one row's passes about 1 % on the H100, session 29)
+layout(constant_id = 5) const uint SPREAD = 1u;
 layout(std430, binding = 0) readonly buffer Wb { uint W[]; };
 layout(std430, binding = 2) readonly buffer Xb { float X[]; };
 layout(std430, binding = 3) buffer Yb { float Y[]; };
@@ -60,11 +64,11 @@ shared float ys[8];     // bits 3 and 5: the rows' outputs
 shared float xsh[XN + 1u]; // XN: a normed product's x, normalized (PEND: with the post-norm's
                            // product added first)
 
-uint wtype, nw0;
+uint wtype, nw0, xo; // xo: the pass row's first value of x (and of o, the residual)
 bool normed, staged; // staged: normed, its x staged in xsh (XN >= n_in)
 float nscale;
 
-vec4 x4(uint i) { return vec4(X[i], X[i + 1u], X[i + 2u], X[i + 3u]); }
+vec4 x4(uint i) { i += xo; return vec4(X[i], X[i + 1u], X[i + 2u], X[i + 3u]); }
 vec4 nw4(uint i) { return vec4(NW[i], NW[i + 1u], NW[i + 2u], NW[i + 3u]); }
 // 4 consecutive activations from value i (i % 4 == 0), normalized when bit 4 (staged where XN)
 vec4 xs(uint i) {
@@ -172,7 +176,12 @@ float sumsq(uint n) {
 void main() {
     clock_start();
     MF_MARK(0u);
-    uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x, lid = gl_LocalInvocationID.x;
+    // a pass of n_tok rows (a row a session): each workgroup one row's outputs, the rows' next
+    // to each other (the same weights read at about the same time: from the caches after the first)
+    uint wgi = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x, lid = gl_LocalInvocationID.x;
+    uint nt = SPREAD != 0u ? max(p.n_tok, 1u) : 1u;
+    uint t = SPREAD != 0u ? wgi % nt : 0u, wg = SPREAD != 0u ? wgi / nt : wgi;
+    xo = t * p.n_in;
     uint slot = lid >> 5, lane = lid & 31u;
     bool gated = (p.accumulate & 32u) != 0u, roped = (p.accumulate & 8u) != 0u;
     normed = (p.accumulate & 16u) != 0u;
@@ -201,7 +210,7 @@ void main() {
             xv[k] = x4(j);
             nv[k] = nw4(nw0 + j);
             if (PEND > 0u) {
-                ov[k] = vec4(PO[j], PO[j + 1u], PO[j + 2u], PO[j + 3u]);
+                ov[k] = vec4(PO[xo + j], PO[xo + j + 1u], PO[xo + j + 2u], PO[xo + j + 3u]);
                 pv[k] = nw4(p.post_at + j);
             }
         }
@@ -214,10 +223,10 @@ void main() {
                 uint i = 4u * (lid + LANES * k);
                 xv[k] += ov[k] * ps * pv[k];
                 if (put && i < p.n_in) {
-                    XR[i] = xv[k].x;
-                    XR[i + 1u] = xv[k].y;
-                    XR[i + 2u] = xv[k].z;
-                    XR[i + 3u] = xv[k].w;
+                    XR[xo + i] = xv[k].x;
+                    XR[xo + i + 1u] = xv[k].y;
+                    XR[xo + i + 2u] = xv[k].z;
+                    XR[xo + i + 3u] = xv[k].w;
                 }
             }
             MF_MARK(1u);
@@ -267,7 +276,8 @@ void main() {
     }
     MF_MARK(4u);
     if (!gated && !roped) {
-        if (lane == 0u && valid) Y[p.y_off + r] = (p.accumulate & 1u) != 0u ? Y[p.y_off + r] + y : y;
+        uint yi = p.y_off + t * p.ldy + r;
+        if (lane == 0u && valid) Y[yi] = (p.accumulate & 1u) != 0u ? Y[yi] + y : y;
         MF_MARK(5u);
         return;
     }
@@ -279,7 +289,7 @@ void main() {
         if (slot == s0) {
             float x = ys[s0], z = x;
             if ((p.accumulate & 64u) != 0u) z = 1.5957691216057308 * (x + 0.044715 * x * x * x);
-            Y[r] = x / (1.0 + exp(-z)) * ys[s0 + 1u];
+            Y[t * p.ldy + r] = x / (1.0 + exp(-z)) * ys[s0 + 1u];
         }
         MF_MARK(5u);
         return;
@@ -287,10 +297,10 @@ void main() {
     // roped: rows 2i (an even slot) and 2i + 1 (the odd one after) are a pair of one head (hd even)
     uint hd = (p.accumulate >> 8) & 0xFFFu, nrot = p.accumulate >> 20, j = r % hd;
     if (j < nrot) {
-        uint at = 5u * p.n_tok + (j >> 1);
+        uint at = 5u * p.n_tok + t * nrot + (j >> 1); // the pass row's cos/sin
         float c = IN[at], sn = IN[at + nrot / 2u];
         y = slot == s0 ? ys[s0] * c - ys[s0 + 1u] * sn : ys[s0] * sn + ys[s0 + 1u] * c;
     }
-    Y[p.y_off + r] = y;
+    Y[p.y_off + t * p.ldy + r] = y;
     MF_MARK(5u);
 }
