@@ -17,8 +17,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 SH = "native/src/backend/vulkan/shaders/"
 VK = "native/src/backend/vulkan/vk_forward.c"
-ATTN_CALL = ("            rec_attn(&r, cf, G, il, R->window,\n                     staged[g] ? "
-             "(uint32_t)rows[G->r0].pos : UINT32_MAX, sp, fr, n_ctx);")
+ATTN_CALL = ("            rec_attn(r, cf, G, il, R->window,\n                     staged[g] ? "
+             "(uint32_t)rows[G->r0].pos : UINT32_MAX,\n                     "
+             "attn_shape_of(c, fw, cf, (uint32_t)G->n, n_ctx, n_max), fr);")
 # name: [(file, text, replacement)], what is left out
 STUBS: dict[str, list[tuple[str, str, str]]] = {
     # nothing left out: HEAD built the same way, the baseline beside a change not yet committed

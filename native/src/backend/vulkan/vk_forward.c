@@ -1716,21 +1716,29 @@ typedef struct attn_shape {
     bool fits_group;
 } attn_shape;
 /* The positions the fast attention's dispatch covers (fs): n_ctx rounded up to 8 chunks, then
- * to a power of two, at most n_max (the session's most in the layer), so that the plan and its
- * recording serve the session's next positions too (attnfast.comp's workgroups of chunks past
- * n_ctx return at once; its merge counts the row's own chunks): SmolLM2's tg128 planned and
- * recorded 4 of its 128 passes anew, at 0.45 ms each on the H100 (session 29). The same chunks
- * as n_ctx's own while they stay below MAX_SPLIT of them. */
-static uint32_t fast_cover(const gt_vk_ctx *c, uint32_t n_ctx, uint32_t n_max) {
+ * to a power of two, at most n_max (the session's most in the layer) and the scratch's
+ * positions (cap_ctx: its partials' chunks), so that the plan and its recording serve the
+ * session's next positions too (attnfast.comp's workgroups of chunks past n_ctx return at once;
+ * its merge counts the row's own chunks): SmolLM2's tg128 planned and recorded 4 of its 128
+ * passes anew, at 0.45 ms each on the H100 (session 29). Never past MAX_SPLIT chunks of
+ * attn_chunk unless n_ctx is (then n_ctx's own): the chunks stay n_ctx's own, so a row's sums do
+ * not depend on its session's max_seq_len. */
+static uint32_t fast_cover(const gt_vk_ctx *c, uint32_t n_ctx, uint32_t n_max, uint32_t cap) {
     if (c->attn_chunk <= 0) return n_ctx;
+    const uint64_t most = (uint64_t)c->attn_chunk * MAX_SPLIT;
     uint64_t cover = 8u * (uint64_t)c->attn_chunk;
     while (cover < n_ctx) cover *= 2;
-    return cover < n_max ? (uint32_t)cover : n_max > n_ctx ? n_max : n_ctx;
+    if (cover > most) cover = most;
+    if (cover > n_max) cover = n_max;
+    if (cover > cap) cover = cap;
+    return cover > n_ctx ? (uint32_t)cover : n_ctx;
 }
 static attn_shape attn_shape_of(const gt_vk_ctx *c, const gt_vk_fwd *fw, const gt_config *cf,
                                 uint32_t n_rows, uint32_t n_ctx, uint32_t n_max) {
     attn_shape a = {split_of(c, n_rows, n_ctx, fw->cap_split),
-                    fast_split_of(c, fast_cover(c, n_ctx, n_max), fw->cap_split), false};
+                    fast_split_of(c, fast_cover(c, n_ctx, n_max, (uint32_t)fw->cap_ctx),
+                                  fw->cap_split),
+                    false};
     if ((uint64_t)n_rows * (uint64_t)cf->n_head * a.sp.n >= MAX_GROUPS_X) a.sp.n = 1;
     a.fits_group = fw->attn_group > 1 &&
                    (a.sp.n > 1 ? a.sp.ch : n_ctx) <= GROUP_SH / fw->attn_group;
