@@ -196,6 +196,7 @@ typedef struct gt_vk_fwd {
     bool pipelines;       /* created (at the first session) */
     bool mm;              /* matmul.comp fits the device's limits (shared memory) */
     uint32_t attn_group;  /* query heads a grouped attention workgroup takes (group_of); 1: none */
+    uint32_t wins[2], n_wins; /* the layers' attention windows, each once (0: all positions) */
     /* decode's blocks-of-32 products on 32 lanes a row (P_MATVEC2): a GPU's lanes hide their
      * loads' latency so, but a CPU device (lavapipe) runs every lane, and the 4x workgroups
      * repeating the in-product 8-bit rows cost it ~6x: it keeps 8 lanes a row */
@@ -562,6 +563,8 @@ geist_status gt_vk_fwd_init(gt_vk_model *vm, gt_err *err) {
         R->post_ffn = c->post_norms ? NORM(L->post_ffn_norm, d) : NO_NORM;
         R->rope_table = L->sliding ? 1u : 0u;
         R->window = L->sliding ? (uint32_t)c->sliding_window : 0u;
+        if (fw->n_wins == 0 || (fw->n_wins == 1 && fw->wins[0] != R->window))
+            fw->wins[fw->n_wins++] = R->window; /* (0 or the sliding window: two at most) */
     }
     fw->out_norm = NORM(m->output_norm, d);
 #undef NORM
@@ -1745,6 +1748,17 @@ static attn_shape attn_shape_of(const gt_vk_ctx *c, const gt_vk_fwd *fw, const g
     return a;
 }
 
+/* The attention's shape for a session's rows whose last is at position pos, in a layer of the
+ * given window: the pass's plan and its key (plan_key) take it from here alike */
+static attn_shape attn_shape_at(const gt_vk_ctx *c, const gt_vk_fwd *fw, const gt_config *cf,
+                                uint32_t n_rows, int32_t pos, const gt_dev_kv *kv,
+                                uint32_t window) {
+    uint32_t n_ctx = (uint32_t)pos + 1, n_max = (uint32_t)kv->max_seq;
+    if (window > 0 && n_ctx > window) n_ctx = window;
+    if (window > 0 && n_max > window) n_max = window;
+    return attn_shape_of(c, fw, cf, n_rows, n_ctx, n_max);
+}
+
 static void rec_attn(rec *r, const gt_config *cf, const grp *G, int32_t il, uint32_t window,
                      uint32_t stage_pos0, attn_shape shape, fresh fr) {
     const split sp = shape.sp;
@@ -1947,15 +1961,13 @@ static uint64_t plan_pass(rec *r, const pass *P) {
         r->role = GEIST_ROLE_ATTENTION;
         for (int32_t g = 0; g < n_groups; g++) {
             const grp *G = &groups[g];
-            uint32_t n_ctx = (uint32_t)rows[G->r0 + G->n - 1].pos + 1;
-            uint32_t n_max = (uint32_t)G->kv->max_seq;
-            if (R->window > 0 && n_ctx > R->window) n_ctx = R->window;
-            if (R->window > 0 && n_max > R->window) n_max = R->window;
             /* after the first: each session's own rows of att, scores, partials and counts */
             r->disjoint = g > 0;
             rec_attn(r, cf, G, il, R->window,
                      staged[g] ? (uint32_t)rows[G->r0].pos : UINT32_MAX,
-                     attn_shape_of(c, fw, cf, (uint32_t)G->n, n_ctx, n_max), fr);
+                     attn_shape_at(c, fw, cf, (uint32_t)G->n, rows[G->r0 + G->n - 1].pos, G->kv,
+                                   R->window),
+                     fr);
         }
         r->disjoint = false;
         r->role = GEIST_ROLE_KV_STORE;
@@ -2061,22 +2073,13 @@ static uint64_t plan_pass(rec *r, const pass *P) {
 
 /* The key of a decode pass's plan (a row a session) into fw->key (key_n words): everything
  * plan_pass reads but the rows' tokens and positions, which only the inputs' words hold, and of
- * the positions what the attention takes from them (attn_shape_of at each window the layers
+ * the positions what the attention takes from them (attn_shape_at at each window the layers
  * have). Passes of equal keys plan the same commands (the recording's buffers too: freeing a
  * session's KV drops the recording, forget_buffer). False: no room for it (then plan). */
 static bool plan_key(const rec *r, const gt_config *cf, const grp *groups, int32_t n_groups,
                      const gt_dev_row *rows, int32_t n_lg, int32_t n_id) {
     gt_vk_fwd *fw = r->fw;
-    uint32_t wins[4], n_wins = 0; /* the layers' windows (0: all positions) */
-    for (int32_t il = 0; il < cf->n_layer; il++) {
-        uint32_t i = 0;
-        while (i < n_wins && wins[i] != fw->lr[il].window) i++;
-        if (i == n_wins) {
-            if (n_wins == 4) return false;
-            wins[n_wins++] = fw->lr[il].window;
-        }
-    }
-    const uint32_t words = 4u + (uint32_t)n_groups * (4u + 3u * n_wins);
+    const uint32_t words = 4u + (uint32_t)n_groups * (4u + 3u * fw->n_wins);
     if (2u * words > fw->key_cap) {
         uint64_t *k = realloc(fw->key, 4u * words * sizeof *k);
         if (!k) return false;
@@ -2098,11 +2101,8 @@ static bool plan_key(const rec *r, const gt_config *cf, const grp *groups, int32
         k[w++] = (uint64_t)(uint32_t)rw->n_prefix;
         k[w++] = (uint64_t)(rw->logits != NULL) | (uint64_t)(rw->argmax != NULL) << 1 |
                  (uint64_t)(rw->logits && rw->logits == rw->kv->lgo.map) << 2;
-        for (uint32_t i = 0; i < n_wins; i++) {
-            uint32_t n_ctx = (uint32_t)rw->pos + 1, n_max = (uint32_t)rw->kv->max_seq;
-            if (wins[i] > 0 && n_ctx > wins[i]) n_ctx = wins[i];
-            if (wins[i] > 0 && n_max > wins[i]) n_max = wins[i];
-            const attn_shape a = attn_shape_of(r->c, fw, cf, 1, n_ctx, n_max);
+        for (uint32_t i = 0; i < fw->n_wins; i++) {
+            const attn_shape a = attn_shape_at(r->c, fw, cf, 1, rw->pos, rw->kv, fw->wins[i]);
             /* (the fast attention takes only fs: rec_attn) */
             const uint64_t sp = (uint64_t)a.sp.n | (uint64_t)(a.sp.n > 1 ? a.sp.ch : 0u) << 32;
             k[w++] = r->fast_attn ? 0u : sp;
