@@ -464,19 +464,25 @@ def _bpe_vocab(n_vocab: int) -> tuple[list[str], list[int], list[str]]:
             types.append(int(TokenType.NORMAL))
             merges.append(f"{a} {b}")
             have.add(a + b)
-    # Past the list: deterministic letter pairs, then pairs with earlier merges.
+    # Past the list: deterministic letter strings, pairs first, then each length in turn: a
+    # letter merged with the string of one letter fewer made before it (so a large vocabulary's
+    # tokens stay a few letters long)
     letters = "etaoinshrdlucmfwypvbgk"
-    i = 0
+    n_l = len(letters)
+    length, i = 2, 0
     while len(tokens) < n_vocab:
-        a = letters[i % len(letters)]
-        b = letters[(i // len(letters)) % len(letters)] if i < len(letters) ** 2 else tokens[-1]
+        if i == n_l**length:
+            length, i = length + 1, 0
+        a, rest, k = letters[i % n_l], "", i // n_l
+        for _ in range(length - 1):
+            rest, k = rest + letters[k % n_l], k // n_l
         i += 1
-        if a + b in have:
+        if a + rest in have:
             continue
-        tokens.append(a + b)
+        tokens.append(a + rest)
         types.append(int(TokenType.NORMAL))
-        merges.append(f"{a} {b}")
-        have.add(a + b)
+        merges.append(f"{a} {rest}")
+        have.add(a + rest)
     return tokens, types, merges
 
 

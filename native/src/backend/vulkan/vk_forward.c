@@ -87,11 +87,15 @@ static uint32_t argmax_parts(uint32_t n_vocab, uint32_t *chunk) {
  * P_NORM_FAST: vulkan_only/normfast.comp, that flag's standalone norms of passes of one row
  * (rec_norm), made where the device has attnfast.comp's subgroups;
  * P_MVFAST_PEND: mvfast.comp with PEND, products taking a deferred post-norm (rec_residual's
- * defer), made with that flag for models of post-norms and rows of at most PEND_MAX values */
+ * defer), made with that flag for models of post-norms and rows of at most PEND_MAX values;
+ * P_OUTFAST, P_OUTFAST8: vulkan_only/outfast.comp (TOK 1, FAST_ROWS), that flag's Q8_0 products
+ * of more than SELFQ_MAX_ROWS rows (a tied output's logits: rec_outfast), made where the device
+ * has subgroup sums and the output's rows fit it (outfast_blocks) */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
        P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_ARGMAX,
-       P_MVFAST, P_ATTN_FAST, P_NORM_FAST, P_MVFAST_PEND, P_MVT, P_COUNT = P_MVT + 4 * 6 };
+       P_MVFAST, P_ATTN_FAST, P_NORM_FAST, P_MVFAST_PEND, P_OUTFAST, P_OUTFAST8, P_MVT,
+       P_COUNT = P_MVT + 4 * 6 };
 /* P_MVT + 4 i (+ 1: PEND; + 2: passes of several rows, mvfast.comp's SPREAD; else of one):
  * P_MVFAST (P_MVFAST_PEND) made for the weights of type k_mvt_types[i] alone (mvfast.comp's
  * specialization constant TYPE: its unpacking without a branch on the type, so that the compiler
@@ -103,7 +107,7 @@ static const char *const k_pipe_names[P_MVT] = {
     "embed", "quant", "matvec", "rmsnorm", "rope", "kvstore", "attn", "act", "matvec",
     "attn_part", "matmul", "matvec", "matmul", "attn_fresh", "attn_part_fresh", "quant_fused",
     "attn_grp", "attn_part_grp", "attn_fresh_grp", "attn_part_fresh_grp", "argmax", "mvfast",
-    "attnfast", "normfast", "mvfast"};
+    "attnfast", "normfast", "mvfast", "outfast", "outfast"};
 /* the kind of pipeline p: a typed fast product's is its generic one's (P_MVFAST or
  * P_MVFAST_PEND), which also gives its shader and the bindings it writes */
 static int pipe_kind(int p) {
@@ -219,6 +223,7 @@ typedef struct gt_vk_fwd {
     vbuf norms;        /* the same on the device (at the first session) */
     wref tok[MAX_PARTS], out[MAX_PARTS];
     int32_t n_tok, n_out;
+    uint32_t out_xb; /* outfast.comp's blocks a lane (its XB) for the output's rows; 0: not taken */
     wref *lw; /* n_layer * W_PER_LAYER */
     int32_t cap_rows, cap_ctx;
     vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg, lgh; /* lgh: logits' readback */
@@ -615,6 +620,23 @@ static void ds_index(gt_vk_fwd *fw, uint32_t i) {
     fw->ds_hash[k] = i + 1;
 }
 
+/* outfast.comp's blocks of 32 a lane (its XB) for the output's rows, where a fast engine's
+ * device has subgroup sums and every part of the output is Q8_0 in rows of an even count of
+ * blocks at word offsets (the kernel's loads stay within a row) over at most 4 blocks a lane of
+ * the smallest subgroup; else 0 (the 8-bit path: quant.comp and matvec.comp) */
+#define OUT_XB_MAX 4u
+/* P_OUTFAST8's x: FAST_ROWS rows of at most this many blocks in shared memory (34 KiB) */
+#define OUT_XS_BLOCKS 64u
+static uint32_t outfast_blocks(const gt_vk_ctx *c, const gt_vk_fwd *fw) {
+    if (!c->fast || c->subgroup_min < 8 || fw->n_out < 1) return 0;
+    for (int32_t i = 0; i < fw->n_out; i++) {
+        const wref *w = &fw->out[i];
+        if (w->type != GT_TYPE_Q8_0 || w->n_in % 64 || w->off % 4) return 0;
+    }
+    const uint32_t xb = (fw->out[0].n_in / 32 + c->subgroup_min - 1) / c->subgroup_min;
+    return xb <= OUT_XB_MAX ? xb : 0;
+}
+
 /* attnfast.comp's MAXP (the value pairs of a head a lane holds: the head's pairs over the
  * subgroup size) where GEIST_DEVICE_FAST's attention can run: full subgroups of a size the
  * device promises (c->attn_lanes: 8 lanes or more, so its shared memory's 16 subgroups' heads
@@ -728,6 +750,7 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     if (cst) return cst;
 #endif
     const uint32_t maxp = fast_attn_maxp(c, &vm->model->cfg);
+    fw->out_xb = outfast_blocks(c, fw);
     bool post_norms = false; /* a layer with a post-norm (Gemma 3): P_MVFAST_PEND's models */
     for (int32_t il = 0; il < vm->model->cfg.n_layer; il++)
         post_norms |= fw->lr[il].post_attn != NO_NORM || fw->lr[il].post_ffn != NO_NORM;
@@ -746,6 +769,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
              (!c->fast || !post_norms || (uint32_t)vm->model->cfg.d_model > PEND_MAX)) ||
             (p == P_ATTN_FAST && maxp == 0) ||
             (p == P_NORM_FAST && (!c->fast || c->subgroup_min < 8)) ||
+            ((p == P_OUTFAST || p == P_OUTFAST8) && fw->out_xb == 0) ||
+            (p == P_OUTFAST8 && (fw->out[0].n_in > 32 * OUT_XS_BLOCKS ||
+                                 FAST_ROWS * 17 * 4 * (fw->out[0].n_in / 32) >
+                                     lim->maxComputeSharedMemorySize)) ||
             (grouped && (fw->attn_group < 2 || (fw->wide && p != P_ATTN_G))))
             continue; /* left VK_NULL_HANDLE: never dispatched */
         /* the kernel, or its integer-dot-product build where the device takes those */
@@ -783,6 +810,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
             sv.c0 = fw->attn_group, n_sme = 2;
         } else if (p == P_ATTN_FAST) {
             sv.c0 = maxp, n_sme = 2;
+        } else if (p == P_OUTFAST || p == P_OUTFAST8) { /* its TOK, XB and NB */
+            sv.c0 = p == P_OUTFAST ? 1u : FAST_ROWS, sv.c1 = fw->out_xb;
+            sv.c2 = p == P_OUTFAST8 ? fw->out[0].n_in / 32 : 0u;
+            n_sme = 4;
         }
         const VkSpecializationInfo spec = {n_sme, sme, sizeof sv, &sv};
         const uint32_t lanes = p == P_ATTN_FAST && c->attn_lanes_required ? c->attn_lanes : 0;
@@ -791,8 +822,8 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
          * (a required subgroup size its compiler refuses, say) the exact ones run (pipe stays
          * VK_NULL_HANDLE, which run_pass and rec_norm check; geist bench says which ran); so is
          * P_MVFAST_PEND (rec_residual then runs each post-norm as its own dispatch) */
-        if (r != VK_SUCCESS &&
-            (p == P_ATTN_FAST || p == P_NORM_FAST || kind == P_MVFAST_PEND || p >= P_MVT))
+        if (r != VK_SUCCESS && (p == P_ATTN_FAST || p == P_NORM_FAST || kind == P_MVFAST_PEND ||
+                                p == P_OUTFAST || p == P_OUTFAST8 || p >= P_MVT))
             continue;
         if (r != VK_SUCCESS)
             return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: cannot build pipeline %s (%d)",
@@ -1163,7 +1194,7 @@ static const uint32_t k_writes[P_COUNT] = {
     [P_ATTN_PART_FRESH_G] = WB(3) | WB(4) | WB(5) | WB(10) | WB(11) | WB(12),
     [P_ARGMAX] = WB(3) | WB(4), [P_MVFAST] = WB(3), [P_MVFAST_PEND] = WB(3) | WB(7),
     [P_ATTN_FAST] = WB(3) | WB(4) | WB(5) | WB(10) | WB(11) | WB(12),
-    [P_NORM_FAST] = WB(3)};
+    [P_NORM_FAST] = WB(3), [P_OUTFAST] = WB(3), [P_OUTFAST8] = WB(3)};
 
 static bool among(const VkBuffer *set, uint32_t n, VkBuffer b) {
     for (uint32_t i = 0; i < n; i++)
@@ -1195,7 +1226,7 @@ static void dispatch(rec *r, int pipe, const VkBuffer bind[N_BIND], const void *
     const int kind = pipe_kind(pipe);
     if (kind != P_MATVEC && kind != P_MATVEC8 && kind != P_MATVEC2 && kind != P_MATMUL &&
         kind != P_MATMUL16 && kind != P_QUANT && kind != P_QUANT_FUSED && kind != P_MVFAST &&
-        kind != P_MVFAST_PEND)
+        kind != P_MVFAST_PEND && kind != P_OUTFAST && kind != P_OUTFAST8)
         r->aq_src = VK_NULL_HANDLE; /* may rewrite it */
     const uint32_t wmask = k_writes[kind] ? k_writes[kind] : 0xFFu;
     bool hazard = k_writes[kind] == 0 || r->force;
@@ -1460,9 +1491,10 @@ static void dispatch_mv8(rec *r, const wref *w, const VkBuffer b[N_BIND], const 
  * rows; its pipeline made for the weights' type where there is one, P_MVT's), with
  * matvec.comp's in-product steps (bits): MV_ACC, MV_NORM (norm_at), MV_ROPE (hd, n_rot),
  * MV_GATED / MV_GELU (the up rows at up_off). Not cpu_scalar's bits: docs/VULKAN.md "Fast
- * products". Products of more than SELFQ_MAX_ROWS rows (a large vocabulary's output) keep the
- * 8-bit path, quant.comp once and matvec.comp's 8 rows a workgroup: Gemma 3's 262,144 took 276 us
- * on the H100 in mvfast.comp against 159 us so (session 23). A prompt's rows keep it too; a
+ * products". Products of more than SELFQ_MAX_ROWS rows (a large vocabulary's output) take
+ * outfast.comp where it fits (rec_outfast), else the 8-bit path, quant.comp once and
+ * matvec.comp's 8 rows a workgroup: Gemma 3's 262,144 took 276 us on the H100 in mvfast.comp
+ * against 159 us so (session 23). A prompt's rows keep the 8-bit path too; a
  * pass of a row a session (at most FAST_ROWS) takes mvfast.comp's workgroups once a row (its
  * SPREAD pipelines), each reading the weights again (from the caches: a workgroup's chain is
  * latency-bound, not its loads), where a loop over 8 rows a workgroup was 7-12 % (session 23)
@@ -1549,9 +1581,36 @@ static void rec_mv_gated(rec *r, const wref *gate, const wref *up, VkBuffer x, V
     dispatch(r, P_MATVEC8, b, pc, sizeof pc, (gate->n_out + 3) / 4);
 }
 
+/* GEIST_DEVICE_FAST's Q8_0 product of more than SELFQ_MAX_ROWS rows (a tied output's logits) for
+ * at most FAST_ROWS rows of x, in outfast.comp (docs/VULKAN.md "The output streamed"): 4
+ * workgroups of 256 lanes a compute unit stream the rows, x's blocks made 16-bit integers in each
+ * lane (P_OUTFAST, one row of x: in registers; P_OUTFAST8: in shared memory); where the device
+ * does not say its units, a workgroup a OUT_ROWS_WG rows. On the H100, Gemma 3's 262,144 rows
+ * took 87 us profiled (with the output norm) against 187 for the 8-bit path; 8 sessions' pass
+ * 2.178 -> 2.092 ms, where x's 8 rows in registers had made it 2.351 (session 30) */
+#define OUT_ROWS_WG 64u
+static bool outfast_fits(const rec *r, const wref *w, uint32_t n_tok, bool acc) {
+    return r->fast && !acc && r->fw->out_xb && w->type == GT_TYPE_Q8_0 &&
+           w->n_out > SELFQ_MAX_ROWS && w->n_in == r->fw->out[0].n_in && w->off % 4 == 0 &&
+           n_tok >= 1 && n_tok <= FAST_ROWS &&
+           r->fw->pipe[n_tok > 1 ? P_OUTFAST8 : P_OUTFAST] != VK_NULL_HANDLE;
+}
+static void rec_outfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok) {
+    const uint32_t pc[7] = {w->off, w->n_in, w->row_bytes, w->n_out, n_tok, w->ldy, w->row0};
+    const VkBuffer b[N_BIND] = {w->buf, 0, x, y, 0, 0, 0, 0};
+    const uint32_t units = r->fw->wide ? r->c->compute_units : 0;
+    uint32_t groups = (w->n_out + OUT_ROWS_WG - 1) / OUT_ROWS_WG;
+    if (units && groups > 4 * units) groups = 4 * units;
+    dispatch(r, n_tok > 1 ? P_OUTFAST8 : P_OUTFAST, b, pc, sizeof pc, groups);
+}
+
 static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok, bool acc) {
     if (fast_fits(r, w, x, n_tok)) {
         rec_mvfast(r, w, x, y, n_tok, acc ? MV_ACC : 0u, 0, 0, 0, 0);
+        return;
+    }
+    if (outfast_fits(r, w, n_tok, acc)) {
+        rec_outfast(r, w, x, y, n_tok);
         return;
     }
     const int fmt = act_fmt(w->type);
