@@ -621,19 +621,20 @@ static void ds_index(gt_vk_fwd *fw, uint32_t i) {
 }
 
 /* outfast.comp's blocks of 32 a lane (its XB) for the output's rows, where a fast engine's
- * device has subgroup sums and every part of the output is Q8_0 in rows of an even count of
- * blocks at word offsets (the kernel's loads stay within a row) over at most 4 blocks a lane of
- * the smallest subgroup; else 0 (the 8-bit path: quant.comp and matvec.comp) */
+ * device promises full subgroups of one size (c->attn_lanes, as the fast attention: the kernel
+ * spreads a row's blocks over a subgroup's lanes, which must all run) and every part of the
+ * output is Q8_0 in rows of an even count of blocks at word offsets (the kernel's loads stay
+ * within a row), at most 4 blocks a lane; else 0 (the 8-bit path: quant.comp and matvec.comp) */
 #define OUT_XB_MAX 4u
 /* P_OUTFAST8's x: FAST_ROWS rows of at most this many blocks in shared memory (34 KiB) */
 #define OUT_XS_BLOCKS 64u
 static uint32_t outfast_blocks(const gt_vk_ctx *c, const gt_vk_fwd *fw) {
-    if (!c->fast || c->subgroup_min < 8 || fw->n_out < 1) return 0;
+    if (!c->fast || c->attn_lanes < 8 || fw->n_out < 1) return 0;
     for (int32_t i = 0; i < fw->n_out; i++) {
         const wref *w = &fw->out[i];
         if (w->type != GT_TYPE_Q8_0 || w->n_in % 64 || w->off % 4) return 0;
     }
-    const uint32_t xb = (fw->out[0].n_in / 32 + c->subgroup_min - 1) / c->subgroup_min;
+    const uint32_t xb = (fw->out[0].n_in / 32 + c->attn_lanes - 1) / c->attn_lanes;
     return xb <= OUT_XB_MAX ? xb : 0;
 }
 
@@ -816,7 +817,9 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
             n_sme = 4;
         }
         const VkSpecializationInfo spec = {n_sme, sme, sizeof sv, &sv};
-        const uint32_t lanes = p == P_ATTN_FAST && c->attn_lanes_required ? c->attn_lanes : 0;
+        /* attnfast.comp and outfast.comp in full subgroups of attn_lanes, where it takes asking */
+        const bool full = p == P_ATTN_FAST || p == P_OUTFAST || p == P_OUTFAST8;
+        const uint32_t lanes = full && c->attn_lanes_required ? c->attn_lanes : 0;
         const VkResult r = gt_vk_pipeline_make(c, s, fw->pl, &spec, lanes, &fw->pipe[p]);
         /* the fast mode's attention and norms are optional: where a driver cannot build them
          * (a required subgroup size its compiler refuses, say) the exact ones run (pipe stays
@@ -1589,8 +1592,10 @@ static void rec_mv_gated(rec *r, const wref *gate, const wref *up, VkBuffer x, V
  * took 87 us profiled (with the output norm) against 187 for the 8-bit path; 8 sessions' pass
  * 2.178 -> 2.092 ms, where x's 8 rows in registers had made it 2.351 (session 30) */
 #define OUT_ROWS_WG 64u
-static bool outfast_fits(const rec *r, const wref *w, uint32_t n_tok, bool acc) {
-    return r->fast && !acc && r->fw->out_xb && w->type == GT_TYPE_Q8_0 &&
+static bool outfast_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok, bool acc) {
+    const bool output = w >= r->fw->out && w < r->fw->out + r->fw->n_out; /* a part of it */
+    return r->fast && !acc && output && r->aq_src != x && r->fw->out_xb &&
+           w->type == GT_TYPE_Q8_0 &&
            w->n_out > SELFQ_MAX_ROWS && w->n_in == r->fw->out[0].n_in && w->off % 4 == 0 &&
            n_tok >= 1 && n_tok <= FAST_ROWS &&
            r->fw->pipe[n_tok > 1 ? P_OUTFAST8 : P_OUTFAST] != VK_NULL_HANDLE;
@@ -1609,7 +1614,7 @@ static void rec_matvec(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
         rec_mvfast(r, w, x, y, n_tok, acc ? MV_ACC : 0u, 0, 0, 0, 0);
         return;
     }
-    if (outfast_fits(r, w, n_tok, acc)) {
+    if (outfast_fits(r, w, x, n_tok, acc)) {
         rec_outfast(r, w, x, y, n_tok);
         return;
     }

@@ -23,7 +23,7 @@
 // Not cpu_scalar's bits (x's rounding, the device's order): the fast products' tolerance. Rows of
 // an even count of blocks (a row starts at a word, its odd blocks' codes are word-aligned, its
 // even blocks' scale is at a word: no load reads past a row) whose blocks fit XB a lane.
-// Subgroups whole (a workgroup of 256 lanes: a multiple of every subgroup size).
+// Subgroups whole, of one size (vk_forward.c's outfast_blocks: the fast attention's lanes).
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint TOK = 1u; // x's rows at most (the pipeline's; p.n_tok of them)
 layout(constant_id = 1) const uint XB = 1u;  // a lane's blocks of a row at most
@@ -61,9 +61,8 @@ float quant16(uint at, bool real, out uint h[8], out uint l[8]) {
         vec4 a = abs(v[k]);
         m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
     }
-    float id = m > 0.0 ? 32767.0 / m : 0.0;
-    for (uint k = 0u; k < 8u; k++) {
-        ivec4 q = ivec4(roundEven(v[k] * id));
+    for (uint k = 0u; k < 8u; k++) { // (v / m first: 32,767 / m overflows for a tiny m)
+        ivec4 q = ivec4(roundEven(m > 0.0 ? v[k] / m * 32767.0 : vec4(0.0)));
         h[k] = packed(uvec4(q >> 8));
         l[k] = packed(uvec4(q));
     }
@@ -78,7 +77,8 @@ void main() {
     if (XS) { // every (row, block) of x once a workgroup, then shared
         for (uint i = gl_LocalInvocationID.x; i < TOK * nb; i += gl_WorkGroupSize.x) {
             uint t = i / nb, b = i - t * nb, h[8], l[8];
-            float d = quant16((t * p.n_in + 32u * b) >> 2, t < p.n_tok, h, l);
+            bool real = t < p.n_tok; // (past n_tok no address is made: x holds n_tok rows)
+            float d = quant16(real ? (t * p.n_in + 32u * b) >> 2 : 0u, real, h, l);
             for (uint k = 0u; k < 8u; k++) {
                 xsh[(t * 16u + k) * NB + b] = h[k];
                 xsh[(t * 16u + 8u + k) * NB + b] = l[k];
