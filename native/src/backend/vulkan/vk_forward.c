@@ -90,7 +90,7 @@ static uint32_t argmax_parts(uint32_t n_vocab, uint32_t *chunk) {
  * defer), made with that flag for models of post-norms and rows of at most PEND_MAX values;
  * P_OUTFAST, P_OUTFAST8: vulkan_only/outfast.comp (TOK 1, FAST_ROWS), that flag's Q8_0 products
  * of more than SELFQ_MAX_ROWS rows (a tied output's logits: rec_outfast), made where the device
- * has subgroup sums and the output's rows fit it (outfast_blocks) */
+ * promises the fast attention's full subgroups and the output's rows fit it (outfast_blocks) */
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
        P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_ARGMAX,
@@ -1588,15 +1588,14 @@ static void rec_mv_gated(rec *r, const wref *gate, const wref *up, VkBuffer x, V
  * at most FAST_ROWS rows of x, in outfast.comp (docs/VULKAN.md "The output streamed"): 4
  * workgroups of 256 lanes a compute unit stream the rows, x's blocks made 16-bit integers in each
  * lane (P_OUTFAST, one row of x: in registers; P_OUTFAST8: in shared memory); where the device
- * does not say its units, a workgroup a OUT_ROWS_WG rows. On the H100, Gemma 3's 262,144 rows
+ * does not say its units, a workgroup per OUT_ROWS_WG rows. On the H100, Gemma 3's 262,144 rows
  * took 87 us profiled (with the output norm) against 187 for the 8-bit path; 8 sessions' pass
  * 2.178 -> 2.092 ms, where x's 8 rows in registers had made it 2.351 (session 30) */
 #define OUT_ROWS_WG 64u
 static bool outfast_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok, bool acc) {
-    const bool output = w >= r->fw->out && w < r->fw->out + r->fw->n_out; /* a part of it */
-    return r->fast && !acc && output && r->aq_src != x && r->fw->out_xb &&
-           w->type == GT_TYPE_Q8_0 &&
-           w->n_out > SELFQ_MAX_ROWS && w->n_in == r->fw->out[0].n_in && w->off % 4 == 0 &&
+    /* a part of the output, whose every part outfast_blocks found Q8_0 rows the kernel takes */
+    const bool output = w >= r->fw->out && w < r->fw->out + r->fw->n_out && r->fw->out_xb;
+    return r->fast && !acc && output && r->aq_src != x && w->n_out > SELFQ_MAX_ROWS &&
            n_tok >= 1 && n_tok <= FAST_ROWS &&
            r->fw->pipe[n_tok > 1 ? P_OUTFAST8 : P_OUTFAST] != VK_NULL_HANDLE;
 }
