@@ -91,16 +91,18 @@ static uint32_t argmax_parts(uint32_t n_vocab, uint32_t *chunk) {
  * P_OUTFAST, P_OUTFAST8: vulkan_only/outfast.comp (TOK 1, FAST_ROWS), that flag's Q8_0 products
  * of more than SELFQ_MAX_ROWS rows (a tied output's logits: rec_outfast), made where the device
  * promises the fast attention's full subgroups and the output's rows fit it (outfast_blocks) */
+#define MVT_MODES 5
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
        P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_ARGMAX,
        P_MVFAST, P_ATTN_FAST, P_NORM_FAST, P_MVFAST_PEND, P_OUTFAST, P_OUTFAST8, P_MVT,
-       P_COUNT = P_MVT + 4 * 6 };
-/* P_MVT + 4 i (+ 1: PEND; + 2: passes of several rows, mvfast.comp's SPREAD; else of one):
- * P_MVFAST (P_MVFAST_PEND) made for the weights of type k_mvt_types[i] alone (mvfast.comp's
- * specialization constant TYPE: its unpacking without a branch on the type, so that the compiler
- * can overlap one unit's loads with the next's), for the types the model's layers have;
- * P_MVFAST itself (SPREAD) serves any other */
+       P_COUNT = P_MVT + 2 * MVT_MODES * 6 };
+/* P_MVT + 2 (MVT_MODES i + m) (+ 1: PEND): P_MVFAST (P_MVFAST_PEND) made for the weights of type
+ * k_mvt_types[i] alone (mvfast.comp's specialization constant TYPE: its unpacking without a
+ * branch on the type, so that the compiler can overlap one unit's loads with the next's), for
+ * the types the model's layers have, and for the rows of mode m: 0 a pass of one row, 1 passes
+ * of several (mvfast.comp's SPREAD) a row a workgroup, 2.. blocks of 2^(m - 1) rows a workgroup
+ * (its TT: mvt_block); P_MVFAST itself (SPREAD) serves any other */
 static const uint32_t k_mvt_types[6] = {GT_TYPE_Q4_0, GT_TYPE_Q4_1, GT_TYPE_Q5_0, GT_TYPE_Q8_0,
                                          GT_TYPE_Q4_K, GT_TYPE_Q6_K};
 static const char *const k_pipe_names[P_MVT] = {
@@ -113,9 +115,15 @@ static const char *const k_pipe_names[P_MVT] = {
 static int pipe_kind(int p) {
     return p < P_MVT ? p : (p - P_MVT) % 2 ? P_MVFAST_PEND : P_MVFAST;
 }
-/* a typed fast product's pipeline: weights of type k_mvt_types[t], pend, passes of several rows */
-static int pipe_mvt(int t, bool pend, bool spread) {
-    return P_MVT + 4 * t + (pend ? 1 : 0) + (spread ? 2 : 0);
+/* a typed fast product's pipeline: weights of type k_mvt_types[t], pend, rows of mode m */
+static int pipe_mvt(int t, bool pend, int m) {
+    return P_MVT + 2 * (MVT_MODES * t + m) + (pend ? 1 : 0);
+}
+static int mvt_type(int p) { return (p - P_MVT) / (2 * MVT_MODES); }
+static int mvt_mode(int p) { return (p - P_MVT) / 2 % MVT_MODES; }
+/* mvfast.comp's shared memory in bytes (its part, ys, xsh and osh) for a block of tt rows */
+static uint32_t mvt_shared(uint32_t xn, uint32_t tt, bool pend) {
+    return 4u * (256u + 8u * tt + xn * tt + 1u + (pend && tt > 1 ? xn * tt : 1u));
 }
 /* The grouped attention's shared scores (attn_body.glsl's SH_TOTAL under ATTN_GROUP): a
  * dispatch takes the grouped kernels when its rows' positions (a split one's chunk) fit
@@ -763,8 +771,14 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
          * nor fresh (one row a session), so of the grouped kernels only P_ATTN_G is made there */
         const bool grouped = p >= P_ATTN_G && p <= P_ATTN_PART_FRESH_G;
         const int kind = pipe_kind(p);
-        if (p >= P_MVT && (!fw->pipe[kind] || !has_type[(p - P_MVT) / 4]))
+        if (p >= P_MVT && (!fw->pipe[kind] || !has_type[mvt_type(p)]))
             continue; /* made after the generic one of its kind, for the types present */
+        /* blocks of rows: with subgroup sums (mvfast.comp's norm of a block), x staged */
+        const uint32_t tt = p >= P_MVT && mvt_mode(p) > 1 ? 1u << (mvt_mode(p) - 1) : 1u;
+        const uint32_t dm = (uint32_t)vm->model->cfg.d_model;
+        if (tt > 1 && (c->subgroup_min < 8 || dm > PEND_MAX || dm % 8 ||
+                       mvt_shared(dm, tt, kind == P_MVFAST_PEND) > lim->maxComputeSharedMemorySize))
+            continue;
         if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) || (p == P_MVFAST && !c->fast) ||
             (p == P_MVFAST_PEND &&
              (!c->fast || !post_norms || (uint32_t)vm->model->cfg.d_model > PEND_MAX)) ||
@@ -788,10 +802,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         /* specialization constants: every kernel's FMA_EXACT (exact.glsl; an id a kernel does
          * not declare is ignored); matvec.comp's ROWS8 (1 or 2) and NORM_EPS (the model's
          * RMSNorm epsilon), matmul.comp's MR and MT (16-row tiles), the grouped attention's GSZ */
-        struct { uint32_t c0, c1; VkBool32 fma; uint32_t c2, c3, c4, c5; } sv = {
-            0u, 0u, fw->fma ? VK_TRUE : VK_FALSE, 255u, 0u, 32u * MVF_ROWS, 1u /* SPREAD */};
-        const VkSpecializationMapEntry sme[7] = {{14, 8, 4}, {0, 0, 4}, {1, 4, 4}, {2, 12, 4},
-                                                 {3, 16, 4}, {4, 20, 4}, {5, 24, 4}};
+        struct { uint32_t c0, c1; VkBool32 fma; uint32_t c2, c3, c4, c5, c6; } sv = {
+            0u, 0u, fw->fma ? VK_TRUE : VK_FALSE, 255u, 0u, 32u * MVF_ROWS, 1u /* SPREAD */, tt};
+        const VkSpecializationMapEntry sme[8] = {{14, 8, 4}, {0, 0, 4}, {1, 4, 4}, {2, 12, 4},
+                                                 {3, 16, 4}, {4, 20, 4}, {5, 24, 4}, {6, 28, 4}};
         uint32_t n_sme = 1;
         if (p == P_MATVEC8 || p == P_MATVEC2 || mvf) {
             /* mvfast.comp's constant 0 is PEND (its staged residual's floats), not ROWS8; its 2
@@ -801,10 +815,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
                     : mvf ? 0u
                           : 1u;
             memcpy(&sv.c1, &vm->model->cfg.eps, 4);
-            if (p >= P_MVT) sv.c2 = k_mvt_types[(p - P_MVT) / 4];
-            if (p >= P_MVT && (p - P_MVT) % 4 < 2) sv.c5 = 0u; /* passes of one row */
-            if ((uint32_t)vm->model->cfg.d_model <= PEND_MAX) sv.c3 = (uint32_t)vm->model->cfg.d_model;
-            n_sme = mvf ? 7 : 3;
+            if (p >= P_MVT) sv.c2 = k_mvt_types[mvt_type(p)];
+            if (p >= P_MVT && mvt_mode(p) == 0) sv.c5 = 0u; /* passes of one row */
+            if (dm <= PEND_MAX && dm % 8 == 0) sv.c3 = dm; /* (runs of 4 in units of 8) */
+            n_sme = mvf ? 8 : 3;
         } else if (p == P_MATMUL16) {
             sv.c0 = 2u, sv.c1 = 1u, n_sme = 3;
         } else if (grouped) {
@@ -1502,10 +1516,12 @@ static void dispatch_mv8(rec *r, const wref *w, const VkBuffer b[N_BIND], const 
  * SPREAD pipelines), each reading the weights again (from the caches: a workgroup's chain is
  * latency-bound, not its loads), where a loop over 8 rows a workgroup was 7-12 % (session 23)
  * and its weights unpacked once for all rows 17-23 % (session 28) slower than the batched 8-bit
- * products, and a gated product's 8 rows a workgroup 30 % slower (Gemma 3, session 29).
- * mvfast.comp reads x's floats: where the scratch holds x's 8-bit rows (aq_src), which may be
- * all that was made of it, the 8-bit path reads those (fast passes make floats: fused_fmt takes
- * no quant_fused there). */
+ * products, and a gated product's 8 rows a workgroup 30 % slower (Gemma 3, session 29, each
+ * lane holding all 8 rows of x in registers); a normed product now takes blocks of the pass's
+ * rows a workgroup where they fill the device (mvt_block: x staged in shared memory by all the
+ * workgroup's lanes, session 31). mvfast.comp reads x's floats: where the scratch holds x's
+ * 8-bit rows (aq_src), which may be all that was made of it, the 8-bit path reads those (fast
+ * passes make floats: fused_fmt takes no quant_fused there). */
 static VkBuffer res_other(const rec *r) {
     return r->res == r->fw->x.buf ? r->fw->x2.buf : r->fw->x.buf;
 }
@@ -1517,6 +1533,37 @@ static bool fast_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) {
  * in mvfast.comp, or in matvec.comp with x's 8-bit rows made in shared memory (selfq_fits) */
 static bool fused_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) {
     return fast_fits(r, w, x, n_tok) || selfq_fits(w->n_in, n_tok);
+}
+/* The block of a pass's rows each workgroup of a fast product takes (mvfast.comp's TT; the
+ * product's pipeline into *pipe), for a normed product (bits' MV_NORM: its x staged): the
+ * largest of 8, 4 and 2 whose workgroups, `groups` a block, still give each compute unit
+ * MVT_FILL (where the device does not say its units, MVT_FILL_ANY in all), whose shared memory
+ * stays within MVT_SHARED, and that a smaller block would not hold whole; else 1 (SPREAD: a row
+ * a workgroup). A block stages its rows once and unpacks each unit's weights once for all of
+ * them, where a row a workgroup made Gemma 3's 2,048-row gated product 4,096 workgroups of 8
+ * sessions (session 30: 722 us profiled of a 3.75 ms pass, against 182 for one row). On the
+ * H100 (session 31, 8 sessions): SmolLM2's gated product 679 -> 502 us profiled in blocks of 8,
+ * Gemma 3's 722 -> 614 in blocks of 4 (its blocks of 8 with the deferred post-norm's o staged,
+ * 41 KiB of shared memory, 641); blocks for products of x not normed (O, down: read from the
+ * caches, not staged) made SmolLM2's O and down 8-12 % slower, so those stay a row each. */
+#define MVT_FILL 2u
+#define MVT_FILL_ANY 16u
+#define MVT_SHARED 24576u
+static uint32_t mvt_block(const rec *r, int t, bool pend, const wref *w, uint32_t bits,
+                          uint32_t groups, uint32_t n_tok, int *pipe) {
+    const uint32_t units = r->c->compute_units;
+    const uint64_t fill = units ? (uint64_t)MVT_FILL * units : MVT_FILL_ANY;
+    if (!(bits & MV_NORM)) return 1;
+    for (int m = MVT_MODES - 1; m > 1; m--) {
+        const uint32_t tt = 1u << (m - 1);
+        if (2 * n_tok <= tt || !r->fw->pipe[pipe_mvt(t, pend, m)] ||
+            mvt_shared(w->n_in, tt, pend) > MVT_SHARED ||
+            (uint64_t)groups * ((n_tok + tt - 1) / tt) < fill)
+            continue;
+        *pipe = pipe_mvt(t, pend, m);
+        return tt;
+    }
+    return 1;
 }
 static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok,
                        uint32_t bits, uint32_t norm_at, uint32_t hd, uint32_t n_rot,
@@ -1534,12 +1581,16 @@ static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y, (bits & MV_NORM) ? r->fw->norms.buf : 0,
                                 (bits & MV_ROPE) ? r->fw->in.buf : 0, pend ? r->fw->o.buf : 0,
                                 write ? res_other(r) : 0};
-    int pipe = pend ? P_MVFAST_PEND : P_MVFAST;
-    for (int t = 0; t < 6; t++) /* the pipeline made for its weights' type, where there is one */
-        if (k_mvt_types[t] == w->type && r->fw->pipe[pipe_mvt(t, pend, n_tok > 1)])
-            pipe = pipe_mvt(t, pend, n_tok > 1);
     const uint32_t rows = gated ? MVF_ROWS / 2 : MVF_ROWS; /* outputs a workgroup */
-    dispatch(r, pipe, b, pc, sizeof pc, n_tok * ((w->n_out + rows - 1) / rows));
+    const uint32_t groups = (w->n_out + rows - 1) / rows;
+    int pipe = pend ? P_MVFAST_PEND : P_MVFAST;
+    uint32_t tt = 1;
+    for (int t = 0; t < 6; t++) /* the pipeline made for its weights' type, where there is one */
+        if (k_mvt_types[t] == w->type && r->fw->pipe[pipe_mvt(t, pend, n_tok > 1)]) {
+            pipe = pipe_mvt(t, pend, n_tok > 1);
+            tt = mvt_block(r, t, pend, w, bits, groups, n_tok, &pipe);
+        }
+    dispatch(r, pipe, b, pc, sizeof pc, groups * ((n_tok + tt - 1) / tt));
     if (write) r->pend_write = false;
 }
 

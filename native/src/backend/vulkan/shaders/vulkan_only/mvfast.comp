@@ -18,7 +18,9 @@
 // - a normed product (bit 16) stages its x once, normalized, in shared memory (XN, the constant
 //   3: d_model): a lane's runs of 4 values loaded at once, two subgroup sums (MV_SG, the _sg
 //   build; else a sum over shared memory); more rows a workgroup read it fewer times (Gemma 3's
-//   2,048 gate/up workgroups of 2 rows read their residual 3 times each);
+//   2,048 gate/up workgroups of 2 rows read their residual 3 times each), in the units' order
+//   (qpos), so that a subgroup's 32 lanes read 32 consecutive runs of 4 (the natural order had
+//   the blocks-of-32 types' lanes 4 and 0 on the same banks);
 // - the units' weights unpacked for the type the pipeline was made for (TYPE, the constant 2:
 //   no branch on the type between one unit's loads and the next's; 255: p.type's);
 // - a row's 32 lanes summed in one subgroup sum where subgroups are 32 lanes.
@@ -32,7 +34,8 @@
 // post the vector at float post_at of binding 4, made before the norm as normfast.comp would
 // have (o's scale, then x + (o * scale) * post) and written to binding 7 by workgroup 0 where
 // post_write (the first product taking it). Tried and not kept (docs/VULKAN.md): loops over up to
-// 8 rows of several sessions (session 23), a whole block of 32 a lane.
+// 8 rows of several sessions (session 23), a whole block of 32 a lane, a block's rows staged with
+// each lane holding all of its rows' values in registers (sessions 28-29: too many registers).
 layout(local_size_x = 64, local_size_x_id = 4) in;
 const uint LANES = gl_WorkGroupSize.x, ROWS = LANES / 32u;
 layout(constant_id = 0) const uint PEND = 0u;
@@ -46,6 +49,13 @@ const uint NV4 = XN > 0u ? (XN + 4u * LANES - 1u) / (4u * LANES) : 1u; // a lane
 // FAST_ROWS), each one row's outputs; 0: a pass of one row (n_tok not read: no division at the
 // head of the chain, which cost one row's passes about 1 % on the H100, session 29)
 layout(constant_id = 5) const uint SPREAD = 1u;
+// TT (the constant 6): a block of the pass's rows a workgroup takes (1: one; 2, 4 or 8: SPREAD's
+// blocks, vk_forward.c's mvt_block), each unit's weights unpacked once for all of them. A normed
+// product copies its block's x (and PEND's o) into shared memory with every lane's loads at once,
+// then normalizes each row with the lanes, values and order of a workgroup of that row alone (the
+// same bits: a session's logits do not depend on the block it decodes in)
+layout(constant_id = 6) const uint TT = 1u;
+const uint NQ = (TT * XN / 4u + LANES - 1u) / LANES; // a lane's runs of 4 values of a block's copy
 layout(std430, binding = 0) readonly buffer Wb { uint W[]; };
 layout(std430, binding = 2) readonly buffer Xb { float X[]; };
 layout(std430, binding = 3) buffer Yb { float Y[]; };
@@ -60,21 +70,45 @@ layout(push_constant) uniform P {
 #include "clock.glsl"
 #define MF_MARK(pt) clock_mark(0x100u + (pt))
 shared float part[256]; // the lanes' sums (LANES at most 256)
-shared float ys[8];     // bits 3 and 5: the rows' outputs
-shared float xsh[XN + 1u]; // XN: a normed product's x, normalized (PEND: with the post-norm's
-                           // product added first)
+shared float ys[8u * TT]; // bits 3 and 5: the rows' outputs (a slot's TT)
+// XN: a normed product's x, normalized (PEND: with the post-norm's product added first), a
+// block's rows XQ runs of 4 apart, each row's runs in the units' order (qpos): run h (0, 1) of
+// unit u at h NU + u, so that a subgroup's lanes, a unit each, read consecutive runs
+const uint XQ = XN / 4u;
+shared vec4 xsh[XQ * TT + 1u];
+shared vec4 osh[PEND > 0u && TT > 1u ? XQ * TT : 1u]; // a block's o (PEND), as xsh
 
-uint wtype, nw0, xo; // xo: the pass row's first value of x (and of o, the residual)
+uint wtype, nw0, xo, nu; // xo: the block's first row's first value of x (and of o, the residual)
+uint nr; // the block's rows in the pass (rows past them repeat its last, never written)
 bool normed, staged; // staged: normed, its x staged in xsh (XN >= n_in)
-float nscale;
+float nscale[TT];
 
-vec4 x4(uint i) { i += xo; return vec4(X[i], X[i + 1u], X[i + 2u], X[i + 3u]); }
+vec4 x4(uint i) { return vec4(X[i], X[i + 1u], X[i + 2u], X[i + 3u]); }
 vec4 nw4(uint i) { return vec4(NW[i], NW[i + 1u], NW[i + 2u], NW[i + 3u]); }
-// 4 consecutive activations from value i (i % 4 == 0), normalized when bit 4 (staged where XN)
-vec4 xs(uint i) {
-    if (staged) return vec4(xsh[i], xsh[i + 1u], xsh[i + 2u], xsh[i + 3u]);
-    vec4 v = x4(i);
-    if (normed) v *= nscale * nw4(nw0 + i);
+// where a row's run q (values 4q .. 4q + 3) is staged: run h of unit u (unit_w's a0 and a1) at
+// h nu + u; the inverse of unit_w's layouts (Q8_0, Q6_K: 8 consecutive values a unit; blocks of
+// 32: runs j and j + 4 of a block; Q4_K: runs j and j + 8 of a group of 64)
+uint qpos(uint q) {
+    uint u, h;
+    if (wtype == T_Q4_K) {
+        u = 32u * (q >> 6) + 8u * ((q >> 4) & 3u) + (q & 7u);
+        h = (q >> 3) & 1u;
+    } else if (wtype == T_Q8_0 || wtype == T_Q6_K) {
+        u = q >> 1;
+        h = q & 1u;
+    } else {
+        u = 4u * (q >> 3) + (q & 3u);
+        h = (q >> 2) & 1u;
+    }
+    return h * nu + u;
+}
+// 4 consecutive activations of the block's row ti: run h of unit u, from value a (a % 4 == 0),
+// normalized when bit 4 (staged where XN)
+vec4 xs(uint ti, uint u, uint h, uint a) {
+    ti = min(ti, nr - 1u);
+    if (staged) return xsh[ti * XQ + h * nu + u];
+    vec4 v = x4(xo + ti * p.n_in + a);
+    if (normed) v *= nscale[ti] * nw4(nw0 + a);
     return v;
 }
 vec4 nib_lo(uint q) { return vec4(q & 15u, (q >> 8) & 15u, (q >> 16) & 15u, (q >> 24) & 15u); }
@@ -161,33 +195,134 @@ float wg_sum(float v) {
     barrier(); // (every lane has read the partials)
     return t;
 }
+#ifdef MV_SG
+// wg_sum of each of a block's rows (TT > 1: the _sg build only), one barrier for all, each row's
+// sum in wg_sum's order
+void wg_sums(inout float v[TT]) {
+    for (uint i = 0u; i < TT; i++) v[i] = subgroupAdd(v[i]);
+    if (subgroupElect())
+        for (uint i = 0u; i < TT; i++) part[gl_SubgroupID * TT + i] = v[i];
+    barrier();
+    for (uint i = 0u; i < TT; i++) {
+        float t = 0.0;
+        for (uint s = 0u; s < gl_NumSubgroups; s++) t += part[s * TT + i];
+        v[i] = t;
+    }
+    barrier(); // (every lane has read the partials)
+}
+#endif
 // this lane's part of the sum of squares of x's n floats (rows too long to stage): 16 values a
 // round, every load of the round issued before any use
-float sumsq(uint n) {
+float sumsq(uint o, uint n) {
     float s = 0.0;
     for (uint i = 4u * gl_LocalInvocationID.x; i < n; i += 16u * LANES) {
         vec4 v[4];
-        for (uint k = 0u; k < 4u; k++) v[k] = x4(min(i + 4u * LANES * k, n - 4u));
+        for (uint k = 0u; k < 4u; k++) v[k] = x4(o + min(i + 4u * LANES * k, n - 4u));
         for (uint k = 0u; k < 4u; k++) s += i + 4u * LANES * k < n ? dot(v[k], v[k]) : 0.0;
     }
     return s;
 }
 
+// A block's x (and PEND's o) copied to shared memory (TT > 1, staged), every lane's loads at
+// once: run q of 4 values is row q / (n_in / 4)'s, at qpos in its row of xsh
+void copy_block() {
+    uint n4 = p.n_in >> 2, lid = gl_LocalInvocationID.x;
+    vec4 xa[NQ], oa[NQ];
+    for (uint k = 0u; k < NQ; k++) {
+        uint q = min(lid + LANES * k, nr * n4 - 1u);
+        xa[k] = x4(xo + 4u * q);
+        if (PEND > 0u) oa[k] = vec4(PO[xo + 4u * q], PO[xo + 4u * q + 1u], PO[xo + 4u * q + 2u],
+                                    PO[xo + 4u * q + 3u]);
+    }
+    for (uint k = 0u; k < NQ; k++) {
+        uint q = lid + LANES * k, b = (q / n4) * XQ + qpos(q % n4);
+        if (q >= nr * n4) break;
+        xsh[b] = xa[k];
+        if (PEND > 0u) osh[b] = oa[k];
+    }
+    barrier(); // (the block copied)
+}
+
+// A block's rows normalized in place (TT > 1, staged, after copy_block): each row as the
+// single-row path below computes it, lane for lane, value for value
+void norm_block(uint wg) {
+#ifdef MV_SG
+    uint lid = gl_LocalInvocationID.x;
+    vec4 nv[NV4], pv[NV4];
+    for (uint k = 0u; k < NV4; k++) {
+        uint j = min(4u * (lid + LANES * k), p.n_in - 4u);
+        nv[k] = nw4(nw0 + j);
+        if (PEND > 0u) pv[k] = nw4(p.post_at + j);
+    }
+    float s[TT];
+    if (PEND > 0u) {
+        for (uint i = 0u; i < TT; i++) {
+            s[i] = 0.0;
+            for (uint k = 0u; k < NV4; k++) {
+                uint j = 4u * (lid + LANES * k), b = i * XQ + qpos(j >> 2);
+                if (i < nr && j < p.n_in) {
+                    vec4 o = osh[b];
+                    s[i] += dot(o, o);
+                }
+            }
+        }
+        wg_sums(s);
+        bool put = p.post_write != 0u && wg == 0u;
+        for (uint i = 0u; i < TT; i++) {
+            float ps = inversesqrt(s[i] / float(p.n_in) + NORM_EPS);
+            for (uint k = 0u; k < NV4; k++) {
+                uint j = 4u * (lid + LANES * k), b = i * XQ + qpos(j >> 2), g = xo + i * p.n_in + j;
+                if (i >= nr || j >= p.n_in) continue;
+                vec4 o = osh[b], v = xsh[b];
+                v += o * ps * pv[k];
+                xsh[b] = v;
+                if (put) XR[g] = v.x, XR[g + 1u] = v.y, XR[g + 2u] = v.z, XR[g + 3u] = v.w;
+            }
+        }
+        MF_MARK(1u);
+    }
+    for (uint i = 0u; i < TT; i++) {
+        s[i] = 0.0;
+        for (uint k = 0u; k < NV4; k++) {
+            uint j = 4u * (lid + LANES * k);
+            if (i < nr && j < p.n_in) {
+                vec4 v = xsh[i * XQ + qpos(j >> 2)];
+                s[i] += dot(v, v);
+            }
+        }
+    }
+    wg_sums(s);
+    for (uint i = 0u; i < TT; i++) {
+        nscale[i] = inversesqrt(s[i] / float(p.n_in) + NORM_EPS);
+        for (uint k = 0u; k < NV4; k++) {
+            uint j = 4u * (lid + LANES * k), b = i * XQ + qpos(j >> 2);
+            if (i >= nr || j >= p.n_in) continue;
+            xsh[b] *= nscale[i] * nv[k];
+        }
+    }
+    barrier(); // (x staged)
+#endif
+}
+
 void main() {
     clock_start();
     MF_MARK(0u);
-    // a pass of n_tok rows (a row a session): each workgroup one row's outputs, the rows' next
-    // to each other (the same weights read at about the same time: from the caches after the first)
+    // a pass of n_tok rows (a row a session) in blocks of TT: each workgroup one block's outputs,
+    // the blocks of the same outputs next to each other (the same weights read at about the same
+    // time: from the caches after the first)
     uint wgi = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x, lid = gl_LocalInvocationID.x;
-    uint nt = SPREAD != 0u ? max(p.n_tok, 1u) : 1u;
-    uint t = SPREAD != 0u ? wgi % nt : 0u, wg = SPREAD != 0u ? wgi / nt : wgi;
-    xo = t * p.n_in;
+    uint nt = SPREAD != 0u ? max(p.n_tok, 1u) : 1u, nb = SPREAD != 0u ? (nt + TT - 1u) / TT : 1u;
+    uint tb = SPREAD != 0u ? wgi % nb : 0u, wg = SPREAD != 0u ? wgi / nb : wgi;
+    uint t0 = tb * TT; // the block's first pass row
+    nr = min(TT, nt - t0);
+    xo = t0 * p.n_in;
     uint slot = lid >> 5, lane = lid & 31u;
     bool gated = (p.accumulate & 32u) != 0u, roped = (p.accumulate & 8u) != 0u;
     normed = (p.accumulate & 16u) != 0u;
     staged = normed && XN >= p.n_in;
     wtype = TYPE != 255u ? TYPE : p.type & 255u;
     nw0 = p.type >> 8;
+    nu = p.n_in >> 3;
     uint n_rows = gated ? p.n_out >> 1 : p.n_out;
     // the output value (gated: gate rows on even slots, their up rows on the odd ones after)
     uint r = gated ? (ROWS / 2u) * wg + (slot >> 1) : ROWS * wg + slot;
@@ -201,13 +336,17 @@ void main() {
         uint ns = (p.row_bytes + 31u) >> 5, w0 = row >> 2;
         for (uint s = lane; s < ns; s += 64u) pf ^= W[w0 + 8u * s] ^ W[w0 + 8u * min(s + 32u, ns - 1u)];
     }
-    if (staged) {
+    if (staged && TT > 1u) {
+        copy_block();
+        norm_block(wg);
+        MF_MARK(2u);
+    } else if (staged) {
         // x staged normalized: a lane's runs of 4 values (4 (lid + LANES k)), every load at once;
         // PEND: x + norm(o) * post first, o's scale as normfast.comp's
         vec4 xv[NV4], nv[NV4], ov[NV4], pv[NV4];
         for (uint k = 0u; k < NV4; k++) {
             uint j = min(4u * (lid + LANES * k), p.n_in - 4u);
-            xv[k] = x4(j);
+            xv[k] = x4(xo + j);
             nv[k] = nw4(nw0 + j);
             if (PEND > 0u) {
                 ov[k] = vec4(PO[xo + j], PO[xo + j + 1u], PO[xo + j + 2u], PO[xo + j + 3u]);
@@ -233,74 +372,86 @@ void main() {
         }
         float s = 0.0;
         for (uint k = 0u; k < NV4; k++) s += 4u * (lid + LANES * k) < p.n_in ? dot(xv[k], xv[k]) : 0.0;
-        nscale = inversesqrt(wg_sum(s) / float(p.n_in) + NORM_EPS);
+        nscale[0] = inversesqrt(wg_sum(s) / float(p.n_in) + NORM_EPS);
         for (uint k = 0u; k < NV4; k++) {
             uint i = 4u * (lid + LANES * k);
-            if (i < p.n_in) {
-                vec4 v = xv[k] * (nscale * nv[k]);
-                xsh[i] = v.x;
-                xsh[i + 1u] = v.y;
-                xsh[i + 2u] = v.z;
-                xsh[i + 3u] = v.w;
-            }
+            if (i < p.n_in) xsh[qpos(i >> 2)] = xv[k] * (nscale[0] * nv[k]);
         }
         barrier(); // (x staged)
         MF_MARK(2u);
-    } else if (normed) { // the row's scale 1 / sqrt(mean(x^2) + eps), over the whole workgroup
-        nscale = inversesqrt(wg_sum(sumsq(p.n_in)) / float(p.n_in) + NORM_EPS);
+    } else if (normed) { // each row's scale 1 / sqrt(mean(x^2) + eps), over the whole workgroup
+        for (uint i = 0u; i < TT; i++) {
+            float ss = wg_sum(sumsq(xo + min(i, nr - 1u) * p.n_in, p.n_in));
+            nscale[i] = inversesqrt(ss / float(p.n_in) + NORM_EPS);
+        }
         MF_MARK(2u);
     }
     // two units a round, the second's loads beside the first's (its index kept in the row)
-    float acc = 0.0;
-    uint nu = p.n_in >> 3;
+    float acc[TT];
+    for (uint i = 0u; i < TT; i++) acc[i] = 0.0;
     for (uint u = lane; u < nu; u += 64u) {
         uint u2 = min(u + 32u, nu - 1u);
         Unit k0 = unit_w(row, u), k1 = unit_w(row, u2);
-        float a0 = dot(k0.w0, xs(k0.a0)) + dot(k0.w1, xs(k0.a1));
-        float a1 = dot(k1.w0, xs(k1.a0)) + dot(k1.w1, xs(k1.a1));
-        acc += u + 32u < nu ? a0 + a1 : a0;
+        for (uint i = 0u; i < TT; i++) {
+            float a0 = dot(k0.w0, xs(i, u, 0u, k0.a0)) + dot(k0.w1, xs(i, u, 1u, k0.a1));
+            float a1 = dot(k1.w0, xs(i, u2, 0u, k1.a0)) + dot(k1.w1, xs(i, u2, 1u, k1.a1));
+            acc[i] += u + 32u < nu ? a0 + a1 : a0;
+        }
     }
-    if (pf == 0x9E3779B9u && p.accumulate == 0xFFFFFFFFu) acc = 0.0; // never (see pf)
+    if (pf == 0x9E3779B9u && p.accumulate == 0xFFFFFFFFu) acc[0] = 0.0; // never (see pf)
     MF_MARK(3u);
-    float y;
+    float y[TT];
 #ifdef MV_SG
     if (gl_SubgroupSize == 32u) { // a row's 32 lanes are one subgroup
-        y = subgroupAdd(acc);
+        for (uint i = 0u; i < TT; i++) y[i] = subgroupAdd(acc[i]);
     } else
 #endif
     {
-        part[lid] = acc;
-        barrier();
-        y = 0.0;
-        for (uint l = 0u; l < 32u; l++) y += part[32u * slot + l];
+        for (uint i = 0u; i < TT; i++) {
+            part[lid] = acc[i];
+            barrier();
+            y[i] = 0.0;
+            for (uint l = 0u; l < 32u; l++) y[i] += part[32u * slot + l];
+            if (i + 1u < TT) barrier(); // (before the next row's sums)
+        }
     }
     MF_MARK(4u);
     if (!gated && !roped) {
-        uint yi = p.y_off + t * p.ldy + r;
-        if (lane == 0u && valid) Y[yi] = (p.accumulate & 1u) != 0u ? Y[yi] + y : y;
+        for (uint i = 0u; i < TT; i++) {
+            uint yi = p.y_off + (t0 + i) * p.ldy + r;
+            if (lane == 0u && valid && i < nr)
+                Y[yi] = (p.accumulate & 1u) != 0u ? Y[yi] + y[i] : y[i];
+        }
         MF_MARK(5u);
         return;
     }
-    if (lane == 0u) ys[slot] = y;
+    if (lane == 0u)
+        for (uint i = 0u; i < TT; i++) ys[slot * TT + i] = y[i];
     barrier();
     if (lane != 0u || !valid) return;
     uint s0 = slot & ~1u; // the pair's first slot
     if (gated) { // the even slot: act(gate) * up, act.comp's arithmetic in the driver's float steps
         if (slot == s0) {
-            float x = ys[s0], z = x;
-            if ((p.accumulate & 64u) != 0u) z = 1.5957691216057308 * (x + 0.044715 * x * x * x);
-            Y[t * p.ldy + r] = x / (1.0 + exp(-z)) * ys[s0 + 1u];
+            for (uint i = 0u; i < nr; i++) {
+                float x = ys[s0 * TT + i], z = x;
+                if ((p.accumulate & 64u) != 0u) z = 1.5957691216057308 * (x + 0.044715 * x * x * x);
+                Y[(t0 + i) * p.ldy + r] = x / (1.0 + exp(-z)) * ys[(s0 + 1u) * TT + i];
+            }
         }
         MF_MARK(5u);
         return;
     }
     // roped: rows 2i (an even slot) and 2i + 1 (the odd one after) are a pair of one head (hd even)
     uint hd = (p.accumulate >> 8) & 0xFFFu, nrot = p.accumulate >> 20, j = r % hd;
-    if (j < nrot) {
-        uint at = 5u * p.n_tok + t * nrot + (j >> 1); // the pass row's cos/sin
-        float c = IN[at], sn = IN[at + nrot / 2u];
-        y = slot == s0 ? ys[s0] * c - ys[s0 + 1u] * sn : ys[s0] * sn + ys[s0 + 1u] * c;
+    for (uint i = 0u; i < nr; i++) {
+        float v = ys[slot * TT + i];
+        if (j < nrot) {
+            uint at = 5u * p.n_tok + (t0 + i) * nrot + (j >> 1); // the pass row's cos/sin
+            float c = IN[at], sn = IN[at + nrot / 2u];
+            float a = ys[s0 * TT + i], b = ys[(s0 + 1u) * TT + i];
+            v = slot == s0 ? a * c - b * sn : a * sn + b * c;
+        }
+        Y[p.y_off + (t0 + i) * p.ldy + r] = v;
     }
-    Y[p.y_off + t * p.ldy + r] = y;
     MF_MARK(5u);
 }
