@@ -1515,6 +1515,27 @@ def test_fast_mode_in_passes_of_several_rows(vk_fast: geist.Engine,
             assert st["fast_attn_rows"] == (st["rows"] if _fast_attention_on(eng) else 0)
             print(f"4 sessions stepping together ({batched.name}): {st['rows']} rows in "
                   f"{st['passes']} passes, all in the fast products")
+    # 2 sessions: passes of 2 rows, the normed products' blocks of 2 (vk_forward.c's mvt_block;
+    # 4 sessions take blocks of 4, Gemma 3's 8 below blocks of 8, the last blocks part-filled)
+    with geist.Model.load(path, engine=vk_fast) as m:
+        alone, together, st = _fast_alone_and_together(m, prompts[:2], 6)
+    assert together == alone
+    assert st["fast_rows"] == st["rows"] and st["rows"] > st["passes"], st
+
+
+# A model wider than the rows mvfast.comp stages (vk_forward.c's PEND_MAX, 4,096 values: XN 0,
+# its x normalized value by value, no blocks of rows, no deferred post-norms): its fast pipelines
+# are still made (no array of length 0 in them), and 2 sessions stepping together each pick their
+# ids alone.
+def test_fast_mode_on_a_model_wider_than_the_staged_rows(vk_fast: geist.Engine) -> None:
+    path = testing.fixture_path("llama", "Q8_0", d_model=4160, n_head=65, n_head_kv=5,
+                                head_dim=64, d_ff=64, n_layer=1)
+    prompts = [[int(v) for v in np.random.default_rng(40 + i).integers(1, 300, 3 + i)]
+               for i in range(2)]
+    with geist.Model.load(path, engine=vk_fast) as m:
+        alone, together, st = _fast_alone_and_together(m, prompts, 3)
+    assert together == alone
+    assert st["fast_rows"] == st["rows"] and st["rows"] > st["passes"], st
 
 
 # 8 sessions stepping together in the fast mode with Gemma 3's post-norms: each deferred into the

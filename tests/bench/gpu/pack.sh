@@ -16,7 +16,8 @@
 # CPython 3.12), llama.cpp.tar.gz (llama-cpp-python 0.3.36's llama.cpp, trimmed to what builds
 # the two tools), python/geist (this checkout's package with build/release/libgeist.so and
 # geist.h in _native/), models/ (the real files' headers + tensor tables: standin.py makes the
-# stand-ins there), var/gpuclock.so (the in-kernel clock build, where it is built) and this
+# stand-ins there), var/gpuclock.so (the in-kernel clock build, where it is built),
+# var/pipestats with var/mvfast_sg.spv (a pipeline's register counts, where it builds) and this
 # folder's scripts. Downloads are cached in ~/.cache/geist/gpukit.
 # Needs: this checkout built (scons variant=release, Vulkan shaders included), .venv, network.
 set -euo pipefail
@@ -118,6 +119,15 @@ if [ -f "$CLOCK_LIB" ]; then
     strip --strip-unneeded -o "$DEST/var/gpuclock.so" "$CLOCK_LIB"
 else
     echo "pack.sh: no $CLOCK_LIB (scons gpu_clock=1): the kit has no clock build"
+fi
+
+# --- pipestats.c (the drivers' register counts of a pipeline, README "Next (after session
+# 31)") and the fast products' SPIR-V it reads, where a compiler and the Vulkan headers are here
+rm -f "$DEST/var/pipestats" "$DEST/var/mvfast_sg.spv"
+if cc -std=c17 -O2 -o "$DEST/var/pipestats" "$HERE/pipestats.c" -ldl 2>/dev/null; then
+    cp "$REPO/build/release/shaders/vulkan_only/mvfast_sg.spv" "$DEST/var/" 2>/dev/null || true
+else
+    echo "pack.sh: pipestats.c did not build here (cc, vulkan/vulkan.h): the kit has no pipestats"
 fi
 
 # --- the models' headers and tensor tables (the stand-ins are made on the device)

@@ -121,9 +121,12 @@ static int pipe_mvt(int t, bool pend, int m) {
 }
 static int mvt_type(int p) { return (p - P_MVT) / (2 * MVT_MODES); }
 static int mvt_mode(int p) { return (p - P_MVT) / 2 % MVT_MODES; }
-/* mvfast.comp's shared memory in bytes (its part, ys, xsh and osh) for a block of tt rows */
+/* mvfast.comp's shared memory in bytes for a block of tt rows: its floats part and ys, its
+ * runs of 4 xsh and osh (the driver's count on the H100: 21,648 bytes for Gemma 3's blocks of
+ * 4 with o, session 31) */
+#define MVT_SHARED 24576u /* the most a block takes (mvt_block); its pipelines are made within it */
 static uint32_t mvt_shared(uint32_t xn, uint32_t tt, bool pend) {
-    return 4u * (256u + 8u * tt + xn * tt + 1u + (pend && tt > 1 ? xn * tt : 1u));
+    return 4u * (256u + 8u * tt) + 16u * (xn / 4u * tt + 1u + (pend && tt > 1 ? xn / 4u * tt : 1u));
 }
 /* The grouped attention's shared scores (attn_body.glsl's SH_TOTAL under ATTN_GROUP): a
  * dispatch takes the grouped kernels when its rows' positions (a split one's chunk) fit
@@ -776,12 +779,14 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         /* blocks of rows: with subgroup sums (mvfast.comp's norm of a block), x staged */
         const uint32_t tt = p >= P_MVT && mvt_mode(p) > 1 ? 1u << (mvt_mode(p) - 1) : 1u;
         const uint32_t dm = (uint32_t)vm->model->cfg.d_model;
-        if (tt > 1 && (c->subgroup_min < 8 || dm > PEND_MAX || dm % 8 ||
-                       mvt_shared(dm, tt, kind == P_MVFAST_PEND) > lim->maxComputeSharedMemorySize))
+        const uint32_t tt_shared = mvt_shared(dm, tt, kind == P_MVFAST_PEND);
+        if (tt > 1 && (c->subgroup_min < 8 || dm > PEND_MAX || dm % 8 || tt_shared > MVT_SHARED ||
+                       tt_shared > lim->maxComputeSharedMemorySize))
             continue;
         if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) || (p == P_MVFAST && !c->fast) ||
             (p == P_MVFAST_PEND &&
-             (!c->fast || !post_norms || (uint32_t)vm->model->cfg.d_model > PEND_MAX)) ||
+             (!c->fast || !post_norms || (uint32_t)vm->model->cfg.d_model > PEND_MAX ||
+              vm->model->cfg.d_model % 8)) || /* (its x staged: XN below) */
             (p == P_ATTN_FAST && maxp == 0) ||
             (p == P_NORM_FAST && (!c->fast || c->subgroup_min < 8)) ||
             ((p == P_OUTFAST || p == P_OUTFAST8) && fw->out_xb == 0) ||
@@ -797,6 +802,7 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         snprintf(want, sizeof want, "%s%s", k_pipe_names[kind],
                  mvf ? (c->subgroup_min >= 8 ? "_sg" : "") : c->int_dot ? "_idot" : "");
         const gt_vk_spv *s = gt_vk_spv_find(want);
+        if (!s && tt > 1) continue; /* a block's norm takes the _sg build's subgroup sums */
         if (!s) s = gt_vk_spv_find(k_pipe_names[kind]);
         if (!s) return gt_fail(err, GEIST_ERR_INTERNAL, "vulkan: shader %s is not built in", k_pipe_names[kind]);
         /* specialization constants: every kernel's FMA_EXACT (exact.glsl; an id a kernel does
@@ -1548,7 +1554,6 @@ static bool fused_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) 
  * caches, not staged) made SmolLM2's O and down 8-12 % slower, so those stay a row each. */
 #define MVT_FILL 2u
 #define MVT_FILL_ANY 16u
-#define MVT_SHARED 24576u
 static uint32_t mvt_block(const rec *r, int t, bool pend, const wref *w, uint32_t bits,
                           uint32_t groups, uint32_t n_tok, int *pipe) {
     const uint32_t units = r->c->compute_units;

@@ -55,7 +55,8 @@ layout(constant_id = 5) const uint SPREAD = 1u;
 // then normalizes each row with the lanes, values and order of a workgroup of that row alone (the
 // same bits: a session's logits do not depend on the block it decodes in)
 layout(constant_id = 6) const uint TT = 1u;
-const uint NQ = (TT * XN / 4u + LANES - 1u) / LANES; // a lane's runs of 4 values of a block's copy
+// a lane's runs of 4 values of a block's copy (at least 1: no array of length 0 where XN is 0)
+const uint NQ = XN > 0u ? (TT * XN / 4u + LANES - 1u) / LANES : 1u;
 layout(std430, binding = 0) readonly buffer Wb { uint W[]; };
 layout(std430, binding = 2) readonly buffer Xb { float X[]; };
 layout(std430, binding = 3) buffer Yb { float Y[]; };
