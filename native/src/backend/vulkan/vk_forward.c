@@ -124,7 +124,7 @@ static int mvt_mode(int p) { return (p - P_MVT) / 2 % MVT_MODES; }
 /* mvfast.comp's shared memory in bytes for a block of tt rows: its floats part and ys, its
  * runs of 4 xsh and osh (the driver's count on the H100: 21,648 bytes for Gemma 3's blocks of
  * 4 with o, session 31) */
-#define MVT_SHARED 24576u /* the most a block takes (mvt_block); its pipelines are made within it */
+#define MVT_SHARED 24576u /* the most a block's pipeline takes (make_pipelines makes no more) */
 static uint32_t mvt_shared(uint32_t xn, uint32_t tt, bool pend) {
     return 4u * (256u + 8u * tt) + 16u * (xn / 4u * tt + 1u + (pend && tt > 1 ? xn / 4u * tt : 1u));
 }
@@ -1543,9 +1543,9 @@ static bool fused_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) 
 /* The block of a pass's rows each workgroup of a fast product takes (mvfast.comp's TT; the
  * product's pipeline into *pipe), for a normed product (bits' MV_NORM: its x staged): the
  * largest of 8, 4 and 2 whose workgroups, `groups` a block, still give each compute unit
- * MVT_FILL (where the device does not say its units, MVT_FILL_ANY in all), whose shared memory
- * stays within MVT_SHARED, and that a smaller block would not hold whole; else 1 (SPREAD: a row
- * a workgroup). A block stages its rows once and unpacks each unit's weights once for all of
+ * MVT_FILL (where the device does not say its units, MVT_FILL_ANY in all), whose pipeline was
+ * made (make_pipelines: within MVT_SHARED of shared memory), and that a smaller block would not
+ * hold whole; else 1 (SPREAD: a row a workgroup). A block stages its rows once and unpacks each unit's weights once for all of
  * them, where a row a workgroup made Gemma 3's 2,048-row gated product 4,096 workgroups of 8
  * sessions (session 30: 722 us profiled of a 3.75 ms pass, against 182 for one row). On the
  * H100 (session 31, 8 sessions): SmolLM2's gated product 679 -> 502 us profiled in blocks of 8,
@@ -1554,15 +1554,14 @@ static bool fused_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) 
  * caches, not staged) made SmolLM2's O and down 8-12 % slower, so those stay a row each. */
 #define MVT_FILL 2u
 #define MVT_FILL_ANY 16u
-static uint32_t mvt_block(const rec *r, int t, bool pend, const wref *w, uint32_t bits,
-                          uint32_t groups, uint32_t n_tok, int *pipe) {
+static uint32_t mvt_block(const rec *r, int t, bool pend, uint32_t bits, uint32_t groups,
+                          uint32_t n_tok, int *pipe) {
     const uint32_t units = r->c->compute_units;
     const uint64_t fill = units ? (uint64_t)MVT_FILL * units : MVT_FILL_ANY;
     if (!(bits & MV_NORM)) return 1;
     for (int m = MVT_MODES - 1; m > 1; m--) {
         const uint32_t tt = 1u << (m - 1);
         if (2 * n_tok <= tt || !r->fw->pipe[pipe_mvt(t, pend, m)] ||
-            mvt_shared(w->n_in, tt, pend) > MVT_SHARED ||
             (uint64_t)groups * ((n_tok + tt - 1) / tt) < fill)
             continue;
         *pipe = pipe_mvt(t, pend, m);
@@ -1593,7 +1592,7 @@ static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
     for (int t = 0; t < 6; t++) /* the pipeline made for its weights' type, where there is one */
         if (k_mvt_types[t] == w->type && r->fw->pipe[pipe_mvt(t, pend, n_tok > 1)]) {
             pipe = pipe_mvt(t, pend, n_tok > 1);
-            tt = mvt_block(r, t, pend, w, bits, groups, n_tok, &pipe);
+            tt = mvt_block(r, t, pend, bits, groups, n_tok, &pipe);
         }
     dispatch(r, pipe, b, pc, sizeof pc, groups * ((n_tok + tt - 1) / tt));
     if (write) r->pend_write = false;
