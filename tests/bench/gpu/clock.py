@@ -7,6 +7,10 @@ NVIDIA) since the workgroup's start, and the mean cycles since its previous mark
 cost); then each step in microseconds (the SM clock's rate from the device clock's ticks).
 
     python3 .dev-gpu/clock.py OUT.json CLOCK.so [--model NAME=PATH ...] [--tg N] [--fast]
+                              [--npcs N]
+
+With --npcs N (session 32) the decode passes are N sessions' together (`geist bench --npcs N`):
+the kernels of batched passes, a fast product's blocks of rows among them.
 
 Run there with the kit's environment (as roles.py); here with --model on lavapipe (whose clocks
 are the CPU's: only a check that the instrument works). The clock build's kernels compute what
@@ -66,6 +70,8 @@ def main() -> None:
     ap.add_argument("--tg", type=int, default=128)
     ap.add_argument("--fast", action="store_true",
                     help="geist bench --fast: the fast products, attention and norms (session 28)")
+    ap.add_argument("--npcs", type=int, default=0,
+                    help="N sessions decoding together (geist bench --npcs N; session 32)")
     a = ap.parse_args()
     models = dict(m.split("=", 1) for m in a.model) if a.model else MODELS
     res: dict[str, Any] = {}
@@ -73,6 +79,7 @@ def main() -> None:
         try:
             cmd = [sys.executable, "-c", CODE, a.lib, path, str(a.tg)]
             cmd += ["--fast"] if a.fast else []
+            cmd += ["--npcs", str(a.npcs)] if a.npcs else []
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=280)
         except subprocess.TimeoutExpired:
             res[name] = {"rc": "timeout after 280 s"}

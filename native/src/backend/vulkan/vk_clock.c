@@ -144,7 +144,8 @@ static const char *mark(uint32_t f, uint32_t m) {
     static const char *const am[16] = {"start", "", "", "", "a part's best", "the row's id", "",
                                        "", "", "", "", "", "", "", "", ""};
     static const char *const mf[16] = {"start", "residual staged", "norm scale", "lane sums",
-                                       "row sums", "written", "", "", "", "", "", "", "", "", "", ""};
+                                       "row sums", "written", "block copied", "", "", "", "", "",
+                                       "", "", "", ""};
     static const char *const af[16] = {"start", "prologue", "rounds", "outputs (one chunk)",
                                        "partials counted", "merged", "", "", "", "", "", "", "",
                                        "", "", ""};

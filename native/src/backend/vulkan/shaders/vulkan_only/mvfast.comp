@@ -339,6 +339,7 @@ void main() {
     }
     if (staged && TT > 1u) {
         copy_block();
+        MF_MARK(6u);
         norm_block(wg);
         MF_MARK(2u);
     } else if (staged) {
