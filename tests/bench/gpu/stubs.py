@@ -7,7 +7,9 @@ what the part costs on the device.
                                                   DEST .dev-gpu/var for device.sh study)
 
 The anchors are HEAD's text: a stub whose anchor moved is reported and skipped. Needs this
-checkout's .venv (SCons) and glslc, as the release build does.
+checkout's .venv (SCons) and glslc, as the release build does. PATCHED's names (session 32)
+are candidates kept as patches in this folder, built the same way (HEAD, the patch, then their
+substitutions); each also leaves DEST/stub-NAME.mvfast_sg.spv for pipestats.
 """
 import subprocess
 import sys
@@ -156,11 +158,41 @@ STUBS: dict[str, list[tuple[str, str, str]]] = {
                           "r->fw->pipe[P_NORM_FAST] != VK_NULL_HANDLE;",
                       "const bool fast = false;")],
 }
+# Candidates kept as patches against main (session 32): name -> (the patch in this folder, then
+# substitutions on the patched text as STUBS' entries). Results are right; their times against
+# head's say whether the patch pays (tests/bench/gpu/README.md, "Next (after session 32)").
+MVF = SH + "vulkan_only/mvfast.comp"
+GROUPS = "session32-blocks-groups.patch"
+PATCHED: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
+    # lighter blocks, up to 4 groups of outputs a block's workgroup (mvt_groups)
+    "s32_groups": (GROUPS, []),
+    # the same, one group a workgroup: the lighter blocks alone
+    "s32_groups1": (GROUPS, [(VK, "#define MVT_GROUPS 4u", "#define MVT_GROUPS 1u")]),
+    # at most 2 groups a workgroup
+    "s32_groups2": (GROUPS, [(VK, "#define MVT_GROUPS 4u", "#define MVT_GROUPS 2u")]),
+    # x staged known only at run time in block pipelines (head's form: SmolLM2's registers?)
+    "s32_x2": (GROUPS, [(MVF, "staged = TT > 1u || (normed && XN >= p.n_in);",
+                         "staged = normed && XN >= p.n_in;")]),
+    # the block's copy loaded at once, not in rounds of 2 runs
+    "s32_x3": (GROUPS, [(MVF, "const uint CQ = 2u;", "const uint CQ = NQ;")]),
+    # both
+    "s32_x4": (GROUPS, [(MVF, "staged = TT > 1u || (normed && XN >= p.n_in);",
+                         "staged = normed && XN >= p.n_in;"),
+                        (MVF, "const uint CQ = 2u;", "const uint CQ = NQ;")]),
+}
 
 
 def build(name: str, dest: Path, work: Path) -> bool:
     subprocess.run(["git", "checkout", "-q", "--", "."], cwd=work, check=True)
-    for f, text, repl in STUBS[name]:
+    subs = STUBS.get(name, [])
+    if name in PATCHED:
+        patch, subs = PATCHED[name]
+        r = subprocess.run(["git", "apply", str(Path(__file__).resolve().parent / patch)],
+                           cwd=work, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"{name}: {patch} does not apply: skipped\n{r.stderr}", file=sys.stderr)
+            return False
+    for f, text, repl in subs:
         p = work / f
         src = p.read_text(encoding="utf-8")
         if src.count(text) != 1:
@@ -175,6 +207,9 @@ def build(name: str, dest: Path, work: Path) -> bool:
         return False
     subprocess.run(["strip", "--strip-unneeded", "-o", str(dest / f"stub-{name}.so"),
                     str(work / "build" / "release" / "libgeist.so")], check=True)
+    spv = work / "build" / "release" / "shaders" / "vulkan_only" / "mvfast_sg.spv"
+    if spv.exists():  # for pipestats there (its registers)
+        (dest / f"stub-{name}.mvfast_sg.spv").write_bytes(spv.read_bytes())
     print("built", name, flush=True)
     return True
 
@@ -183,9 +218,10 @@ def main() -> int:
     dest = Path(sys.argv[1]).resolve()
     dest.mkdir(parents=True, exist_ok=True)
     names = sys.argv[2:] or list(STUBS)
-    unknown = [n for n in names if n not in STUBS]
+    unknown = [n for n in names if n not in STUBS and n not in PATCHED]
     if unknown:
-        print(f"unknown stubs {unknown}; known: {sorted(STUBS)}", file=sys.stderr)
+        print(f"unknown stubs {unknown}; known: {sorted(STUBS) + sorted(PATCHED)}",
+              file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "wt"
