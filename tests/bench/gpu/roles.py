@@ -27,6 +27,7 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +98,10 @@ def batch(profile):
     eng.close()
     return r
 # plain first (timestamps around each pass only: the sessions' dispatches overlap as they do in
-# a game), then profiled (a timestamp after every dispatch serializes them: the roles)
-plain, prof = batch(False), batch(True)
-prof["plain"] = plain
+# a game), then profiled (a timestamp after every dispatch serializes them: the roles), then
+# plain again (session 33: a process's first plain run was at times twice as slow)
+plain, prof, again = batch(False), batch(True), batch(False)
+prof["plain"], prof["plain_again"] = plain, again
 print(json.dumps(prof))
 """
 
@@ -131,6 +133,11 @@ def main() -> None:
     for spec in a.libs:
         lib, _, extra = spec.partition("@")
         name = Path(lib).stem + (f"@{extra}" if extra else "")
+        # a library listed again keeps each run (session 33): name#2, name#3, ...
+        base, k = name, 1
+        while name in res:
+            k += 1
+            name = f"{base}#{k}"
         for model, path in models.items():
             args = [x for x in extra.split(",") if x]
             argv = ([CODE_NPCS, lib, path, str(a.npcs), str(a.tg), *args] if a.npcs
@@ -143,9 +150,10 @@ def main() -> None:
                 out = json.loads(p.stdout.splitlines()[-1])
                 r = out if a.npcs else summary(*out, a.tg)
             shown = ("aggregate_tps", "gpu_ms_per_pass") if a.npcs else (f"tg{a.tg}", "gpu_ms")
-            plain = [r.get("plain", {}).get(k) for k in shown] if a.npcs else []
-            print(name, model, *(r.get(k) for k in shown), *plain, r.get("error", "")[:200],
-                  flush=True)
+            plain = ([r.get(w, {}).get(k) for w in ("plain", "plain_again") for k in shown]
+                     if a.npcs else [])
+            print(time.strftime("%H:%M:%S"), name, model, *(r.get(k) for k in shown), *plain,
+                  r.get("error", "")[:200], flush=True)
             res.setdefault(name, {})[model] = r
     Path(a.out).write_text(json.dumps(res, indent=1))
 
