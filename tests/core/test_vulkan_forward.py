@@ -1516,7 +1516,7 @@ def test_fast_mode_in_passes_of_several_rows(vk_fast: geist.Engine,
             print(f"4 sessions stepping together ({batched.name}): {st['rows']} rows in "
                   f"{st['passes']} passes, all in the fast products")
     # 2 sessions: passes of 2 rows, the normed products' blocks of 2 (vk_forward.c's mvt_block;
-    # 4 sessions take blocks of 4, Gemma 3's 8 below blocks of 8, the last blocks part-filled)
+    # 4 sessions take blocks of 4, as Gemma 3's 8 below, the last blocks part-filled)
     with geist.Model.load(path, engine=vk_fast) as m:
         alone, together, st = _fast_alone_and_together(m, prompts[:2], 6)
     assert together == alone

@@ -7,9 +7,9 @@ what the part costs on the device.
                                                   DEST .dev-gpu/var for device.sh study)
 
 The anchors are HEAD's text: a stub whose anchor moved is reported and skipped. Needs this
-checkout's .venv (SCons) and glslc, as the release build does. PATCHED's names (session 32)
-are candidates kept as patches in this folder, built the same way (HEAD, the patch, then their
-substitutions); each also leaves DEST/stub-NAME.mvfast_sg.spv for pipestats.
+checkout's .venv (SCons) and glslc, as the release build does. PATCHED's names (none now) are
+candidates kept as patches in this folder, built the same way (HEAD, the patch, then their
+substitutions). Each build also leaves DEST/stub-NAME.mvfast_sg.spv for pipestats.
 """
 import subprocess
 import sys
@@ -153,33 +153,27 @@ STUBS: dict[str, list[tuple[str, str, str]]] = {
                         "    uint c = gl_WorkGroupID.x % p.n_split,")],
     "attnfast_u2": [(SH + "vulkan_only/attnfast.comp", "#define U 4u", "#define U 2u")],
     "attnfast_u8": [(SH + "vulkan_only/attnfast.comp", "#define U 4u", "#define U 8u")],
+    # blocks' workgroups of one group of outputs (session 33: mvt_groups), or at most 2
+    "mvt_groups1": [(VK, "#define MVT_GROUPS 4u", "#define MVT_GROUPS 1u")],
+    "mvt_groups2": [(VK, "#define MVT_GROUPS 4u", "#define MVT_GROUPS 2u")],
+    # blocks of 8 rows made again (session 33 left them out: 93-96 registers with the groups)
+    "mvt_blocks8": [(VK, "#define MVT_MODES 4\n", "#define MVT_MODES 5\n")],
+    # a block's copy loaded at once, not in rounds of 2 runs a lane
+    "mvt_copy_at_once": [(SH + "vulkan_only/mvfast.comp", "const uint CQ = 2u;",
+                          "const uint CQ = NQ;")],
+    # Q, K and V's blocks chosen each from its own outputs (before session 33's fill_groups)
+    "qkv_fill_off": [(VK, "            r->fill_groups = (w[W_Q].n_out + w[W_K].n_out + "
+                          "w[W_V].n_out + MVF_ROWS - 1) / MVF_ROWS;\n", "")],
     # fast passes with rmsnorm.comp's exact norms, not normfast.comp (what the latter saves)
     "normfast_off": [(VK, "const bool fast = (r->fast || r->fast_attn) && "
                           "r->fw->pipe[P_NORM_FAST] != VK_NULL_HANDLE;",
                       "const bool fast = false;")],
 }
-# Candidates kept as patches against main (session 32): name -> (the patch in this folder, then
-# substitutions on the patched text as STUBS' entries). Results are right; their times against
-# head's say whether the patch pays (tests/bench/gpu/README.md, "Next (after session 32)").
-MVF = SH + "vulkan_only/mvfast.comp"
-GROUPS = "session32-blocks-groups.patch"
-PATCHED: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
-    # lighter blocks, up to 4 groups of outputs a block's workgroup (mvt_groups)
-    "s32_groups": (GROUPS, []),
-    # the same, one group a workgroup: the lighter blocks alone
-    "s32_groups1": (GROUPS, [(VK, "#define MVT_GROUPS 4u", "#define MVT_GROUPS 1u")]),
-    # at most 2 groups a workgroup
-    "s32_groups2": (GROUPS, [(VK, "#define MVT_GROUPS 4u", "#define MVT_GROUPS 2u")]),
-    # x staged known only at run time in block pipelines (head's form: SmolLM2's registers?)
-    "s32_x2": (GROUPS, [(MVF, "staged = TT > 1u || (normed && XN >= p.n_in);",
-                         "staged = normed && XN >= p.n_in;")]),
-    # the block's copy loaded at once, not in rounds of 2 runs
-    "s32_x3": (GROUPS, [(MVF, "const uint CQ = 2u;", "const uint CQ = NQ;")]),
-    # both
-    "s32_x4": (GROUPS, [(MVF, "staged = TT > 1u || (normed && XN >= p.n_in);",
-                         "staged = normed && XN >= p.n_in;"),
-                        (MVF, "const uint CQ = 2u;", "const uint CQ = NQ;")]),
-}
+# Candidates kept as patches against main: name -> (a patch in this folder, then substitutions
+# on the patched text as STUBS' entries). Results are right; their times against head's say
+# whether the patch pays. Session 32's (session32-blocks-groups.patch) landed in session 33;
+# its variants are STUBS' mvt_* entries now.
+PATCHED: dict[str, tuple[str, list[tuple[str, str, str]]]] = {}
 
 
 def build(name: str, dest: Path, work: Path) -> bool:

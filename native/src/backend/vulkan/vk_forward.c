@@ -91,7 +91,9 @@ static uint32_t argmax_parts(uint32_t n_vocab, uint32_t *chunk) {
  * P_OUTFAST, P_OUTFAST8: vulkan_only/outfast.comp (TOK 1, FAST_ROWS), that flag's Q8_0 products
  * of more than SELFQ_MAX_ROWS rows (a tied output's logits: rec_outfast), made where the device
  * promises the fast attention's full subgroups and the output's rows fit it (outfast_blocks) */
-#define MVT_MODES 5
+/* modes 0-3: one row, a row a workgroup, blocks of 2 and 4 (blocks of 8 left out, session 33:
+ * mvt_block) */
+#define MVT_MODES 4
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
        P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_ARGMAX,
@@ -1190,6 +1192,9 @@ typedef struct rec {
     uint32_t n_rows; /* the pass's rows (a fast pass's: one, or a row a session) */
     bool fast_attn; /* its rows attend in P_ATTN_FAST (run_pass's fast_attn, rec_attn) */
     uint32_t role; /* geist_device_role of the dispatches planned now */
+    /* the groups of outputs of the products planned now side by side (Q, K and V: no barrier
+     * between them), for mvt_block's fill; 0: each product's own */
+    uint32_t fill_groups;
     /* the residual stream's buffer (fw->x, or fw->x2 after a deferred post-norm was taken) and
      * a post-norm deferred (rec_residual's defer): its vector's offset in fw->norms (else
      * NO_NORM), the product it normalizes in fw->o; pend_write: the next product taking it
@@ -1542,7 +1547,8 @@ static bool fused_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) 
 }
 /* The block of a pass's rows each workgroup of a fast product takes (mvfast.comp's TT; the
  * product's pipeline into *pipe), for a normed product (bits' MV_NORM: its x staged): the
- * largest of 8, 4 and 2 whose workgroups, `groups` a block, still give each compute unit
+ * larger of 4 and 2 whose workgroups, `groups` a block (r->fill_groups where products run side
+ * by side), still give each compute unit
  * MVT_FILL (where the device does not say its units, MVT_FILL_ANY in all), whose pipeline was
  * made (make_pipelines: within MVT_SHARED of shared memory), and that a smaller block would not
  * hold whole; else 1 (SPREAD: a row a workgroup). A block stages its rows once and unpacks each unit's weights once for all of
@@ -1551,7 +1557,11 @@ static bool fused_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) 
  * H100 (session 31, 8 sessions): SmolLM2's gated product 679 -> 502 us profiled in blocks of 8,
  * Gemma 3's 722 -> 614 in blocks of 4 (its blocks of 8 with the deferred post-norm's o staged,
  * 41 KiB of shared memory, 641); blocks for products of x not normed (O, down: read from the
- * caches, not staged) made SmolLM2's O and down 8-12 % slower, so those stay a row each. */
+ * caches, not staged) made SmolLM2's O and down 8-12 % slower, so those stay a row each.
+ * Blocks of 8 are no longer made (session 33, H200, 8 sessions, plain GPU ms a pass): with
+ * mvt_groups' loop they hold 96 registers a lane (77 before it; 64 in blocks of 4), two
+ * workgroups an SM, and SmolLM2's pass took 1.81 ms in blocks of 8 against 1.65-1.66 in blocks
+ * of 4 (main's blocks of 8 without groups: 1.73). */
 #define MVT_FILL 2u
 #define MVT_FILL_ANY 16u
 static uint32_t mvt_block(const rec *r, int t, bool pend, uint32_t bits, uint32_t groups,
@@ -1559,6 +1569,7 @@ static uint32_t mvt_block(const rec *r, int t, bool pend, uint32_t bits, uint32_
     const uint32_t units = r->c->compute_units;
     const uint64_t fill = units ? (uint64_t)MVT_FILL * units : MVT_FILL_ANY;
     if (!(bits & MV_NORM)) return 1;
+    if (r->fill_groups > groups) groups = r->fill_groups;
     for (int m = MVT_MODES - 1; m > 1; m--) {
         const uint32_t tt = 1u << (m - 1);
         if (2 * n_tok <= tt || !r->fw->pipe[pipe_mvt(t, pend, m)] ||
@@ -1567,6 +1578,24 @@ static uint32_t mvt_block(const rec *r, int t, bool pend, uint32_t bits, uint32_
         *pipe = pipe_mvt(t, pend, m);
         return tt;
     }
+    return 1;
+}
+/* The groups of outputs (MVF_ROWS each, gated: half) a block's workgroup takes one after
+ * another (mvfast.comp's p.groups), its block copied and normalized once for all of them: the
+ * most of MVT_GROUPS, halving, whose workgroups still give each compute unit MVT_GROUPS_FILL
+ * halves (where the device does not say its units, MVT_FILL_ANY in all). On the H100 (session
+ * 32, 8 sessions, profiled): Gemma 3's gated product in blocks of 4 at 1 / 2 / 4 groups a
+ * workgroup 546 / 481 / 415 us (1,024 / 512 / 256 workgroups); SmolLM2's blocks of 8 (384
+ * workgroups) at 2 or 4 groups, fewer workgroups than 2 an SM, got slower (541 / 668 us
+ * against 503). Session 33 (H200, plain 8-session pass, with Q, K and V's fill_groups and
+ * blocks of at most 4): Gemma 3 2.005 -> 1.772 ms, SmolLM2 1.733 -> 1.650-1.661. */
+#define MVT_GROUPS 4u
+#define MVT_GROUPS_FILL 3u
+static uint32_t mvt_groups(const rec *r, uint32_t groups, uint32_t blocks) {
+    const uint32_t units = r->c->compute_units;
+    const uint64_t fill = units ? (uint64_t)MVT_GROUPS_FILL * units : 2u * MVT_FILL_ANY;
+    for (uint32_t g = MVT_GROUPS; g > 1; g /= 2)
+        if (2u * (uint64_t)((groups + g - 1) / g) * blocks >= fill) return g;
     return 1;
 }
 static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n_tok,
@@ -1579,9 +1608,9 @@ static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
     /* a deferred post-norm (rec_residual's defer) taken into this product's norm of x */
     const bool pend = r->pend != NO_NORM && (bits & MV_NORM) && x == r->res;
     const bool write = pend && r->pend_write;
-    const uint32_t pc[11] = {w->off, type, w->n_in, w->row_bytes,
-                             gated ? 2 * w->n_out : w->n_out, n_tok, gated ? w->n_out : w->ldy, acc,
-                             gated ? up_off : w->row0, pend ? r->pend : NO_NORM, write};
+    uint32_t pc[12] = {w->off, type, w->n_in, w->row_bytes,
+                       gated ? 2 * w->n_out : w->n_out, n_tok, gated ? w->n_out : w->ldy, acc,
+                       gated ? up_off : w->row0, pend ? r->pend : NO_NORM, write, 1u};
     const VkBuffer b[N_BIND] = {w->buf, 0, x, y, (bits & MV_NORM) ? r->fw->norms.buf : 0,
                                 (bits & MV_ROPE) ? r->fw->in.buf : 0, pend ? r->fw->o.buf : 0,
                                 write ? res_other(r) : 0};
@@ -1594,7 +1623,9 @@ static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
             pipe = pipe_mvt(t, pend, n_tok > 1);
             tt = mvt_block(r, t, pend, bits, groups, n_tok, &pipe);
         }
-    dispatch(r, pipe, b, pc, sizeof pc, groups * ((n_tok + tt - 1) / tt));
+    const uint32_t blocks = (n_tok + tt - 1) / tt;
+    if (tt > 1) pc[11] = mvt_groups(r, groups, blocks);
+    dispatch(r, pipe, b, pc, sizeof pc, (groups + pc[11] - 1) / pc[11] * blocks);
     if (write) r->pend_write = false;
 }
 
@@ -2025,9 +2056,15 @@ static uint64_t plan_pass(rec *r, const pass *P) {
                                w[W_Q].n_out == (uint32_t)cf->n_head * hk && w[W_K].n_out == kd;
         if (fuse_n1) {
             const uint32_t rb = MV_NORM | (fuse_rope ? MV_ROPE : 0u);
+            /* the three run side by side (no barrier between them) and fill the device
+             * together: their blocks chosen from all their outputs (mvt_block). Session 33
+             * (H200, 8 sessions, plain GPU ms a pass): Gemma 3 2.005 -> 1.933, its K and V
+             * (32 groups each) in blocks of 4, not a row a workgroup; SmolLM2 1.733 -> 1.728 */
+            r->fill_groups = (w[W_Q].n_out + w[W_K].n_out + w[W_V].n_out + MVF_ROWS - 1) / MVF_ROWS;
             rec_mv_fused(r, &w[W_Q], r->res, fw->q.buf, N, rb, R->attn_norm, hk, nrot);
             rec_mv_fused(r, &w[W_K], r->res, fw->k.buf, N, rb, R->attn_norm, hk, nrot);
             rec_mv_fused(r, &w[W_V], r->res, fw->v.buf, N, MV_NORM, R->attn_norm, 0, 0);
+            r->fill_groups = 0;
             if (took) { /* Q's product wrote the residual with it into the other buffer */
                 r->res = res_other(r);
                 r->pend = NO_NORM;

@@ -35,7 +35,8 @@
 // have (o's scale, then x + (o * scale) * post) and written to binding 7 by workgroup 0 where
 // post_write (the first product taking it). Tried and not kept (docs/VULKAN.md): loops over up to
 // 8 rows of several sessions (session 23), a whole block of 32 a lane, a block's rows staged with
-// each lane holding all of its rows' values in registers (sessions 28-29: too many registers).
+// each lane holding all of its rows' values in registers (sessions 28-29: too many registers),
+// the units' rounds unrolled with every load at once (session 33: more registers, slower).
 layout(local_size_x = 64, local_size_x_id = 4) in;
 const uint LANES = gl_WorkGroupSize.x, ROWS = LANES / 32u;
 layout(constant_id = 0) const uint PEND = 0u;
@@ -49,14 +50,16 @@ const uint NV4 = XN > 0u ? (XN + 4u * LANES - 1u) / (4u * LANES) : 1u; // a lane
 // FAST_ROWS), each one row's outputs; 0: a pass of one row (n_tok not read: no division at the
 // head of the chain, which cost one row's passes about 1 % on the H100, session 29)
 layout(constant_id = 5) const uint SPREAD = 1u;
-// TT (the constant 6): a block of the pass's rows a workgroup takes (1: one; 2, 4 or 8: SPREAD's
+// TT (the constant 6): a block of the pass's rows a workgroup takes (1: one; 2 or 4: SPREAD's
 // blocks, vk_forward.c's mvt_block), each unit's weights unpacked once for all of them. A normed
-// product copies its block's x (and PEND's o) into shared memory with every lane's loads at once,
+// product copies its block's x (and PEND's o) into shared memory in rounds of CQ loads a lane,
 // then normalizes each row with the lanes, values and order of a workgroup of that row alone (the
 // same bits: a session's logits do not depend on the block it decodes in)
 layout(constant_id = 6) const uint TT = 1u;
 // a lane's runs of 4 values of a block's copy (at least 1: no array of length 0 where XN is 0)
 const uint NQ = XN > 0u ? (TT * XN / 4u + LANES - 1u) / LANES : 1u;
+// CQ: the runs of 4 a lane loads at once in copy_block (fewer registers than all of its NQ)
+const uint CQ = 2u;
 layout(std430, binding = 0) readonly buffer Wb { uint W[]; };
 layout(std430, binding = 2) readonly buffer Xb { float X[]; };
 layout(std430, binding = 3) buffer Yb { float Y[]; };
@@ -66,6 +69,7 @@ layout(std430, binding = 6) readonly buffer Ob { float PO[]; }; // the deferred 
 layout(std430, binding = 7) writeonly buffer Rb { float XR[]; }; // the residual with it added
 layout(push_constant) uniform P {
     uint w_off, type, n_in, row_bytes, n_out, n_tok, ldy, accumulate, y_off, post_at, post_write;
+    uint groups; // TT > 1: the groups of outputs a workgroup takes one after another (mvt_groups)
 } p;
 #include "common.glsl"
 #include "clock.glsl"
@@ -228,18 +232,20 @@ float sumsq(uint o, uint n) {
 // once: run q of 4 values is row q / (n_in / 4)'s, at qpos in its row of xsh
 void copy_block() {
     uint n4 = p.n_in >> 2, lid = gl_LocalInvocationID.x;
-    vec4 xa[NQ], oa[NQ];
-    for (uint k = 0u; k < NQ; k++) {
-        uint q = min(lid + LANES * k, nr * n4 - 1u);
-        xa[k] = x4(xo + 4u * q);
-        if (PEND > 0u) oa[k] = vec4(PO[xo + 4u * q], PO[xo + 4u * q + 1u], PO[xo + 4u * q + 2u],
-                                    PO[xo + 4u * q + 3u]);
-    }
-    for (uint k = 0u; k < NQ; k++) {
-        uint q = lid + LANES * k, b = (q / n4) * XQ + qpos(q % n4);
-        if (q >= nr * n4) break;
-        xsh[b] = xa[k];
-        if (PEND > 0u) osh[b] = oa[k];
+    for (uint k0 = 0u; k0 < NQ; k0 += CQ) { // rounds of CQ runs a lane, each round's loads at once
+        vec4 xa[CQ], oa[CQ];
+        for (uint k = 0u; k < CQ; k++) {
+            uint q = min(lid + LANES * (k0 + k), nr * n4 - 1u);
+            xa[k] = x4(xo + 4u * q);
+            if (PEND > 0u) oa[k] = vec4(PO[xo + 4u * q], PO[xo + 4u * q + 1u],
+                                        PO[xo + 4u * q + 2u], PO[xo + 4u * q + 3u]);
+        }
+        for (uint k = 0u; k < CQ; k++) {
+            uint q = lid + LANES * (k0 + k), b = (q / n4) * XQ + qpos(q % n4);
+            if (q >= nr * n4) break;
+            xsh[b] = xa[k];
+            if (PEND > 0u) osh[b] = oa[k];
+        }
     }
     barrier(); // (the block copied)
 }
@@ -294,15 +300,25 @@ void norm_block(uint wg) {
     }
     wg_sums(s);
     for (uint i = 0u; i < TT; i++) {
-        nscale[i] = inversesqrt(s[i] / float(p.n_in) + NORM_EPS);
+        float sc = inversesqrt(s[i] / float(p.n_in) + NORM_EPS);
         for (uint k = 0u; k < NV4; k++) {
             uint j = 4u * (lid + LANES * k), b = i * XQ + qpos(j >> 2);
             if (i >= nr || j >= p.n_in) continue;
-            xsh[b] *= nscale[i] * nv[k];
+            xsh[b] *= sc * nv[k];
         }
     }
     barrier(); // (x staged)
 #endif
+}
+
+// the output value a slot computes in output group og (gated: gate rows on even slots, their up
+// rows on the odd ones after), and the byte offset of its weights' row (row 0's past the outputs)
+uint out_val(uint og, uint slot, bool gated) {
+    return gated ? (ROWS / 2u) * og + (slot >> 1) : ROWS * og + slot;
+}
+uint out_row(uint og, uint slot, bool gated, uint n_rows) {
+    uint r = out_val(og, slot, gated);
+    return (gated && (slot & 1u) == 1u ? p.y_off : p.w_off) + (r < n_rows ? r : 0u) * p.row_bytes;
 }
 
 void main() {
@@ -320,20 +336,20 @@ void main() {
     uint slot = lid >> 5, lane = lid & 31u;
     bool gated = (p.accumulate & 32u) != 0u, roped = (p.accumulate & 8u) != 0u;
     normed = (p.accumulate & 16u) != 0u;
-    staged = normed && XN >= p.n_in;
+    staged = TT > 1u || (normed && XN >= p.n_in); // (blocks: normed products, x staged)
     wtype = TYPE != 255u ? TYPE : p.type & 255u;
     nw0 = p.type >> 8;
     nu = p.n_in >> 3;
     uint n_rows = gated ? p.n_out >> 1 : p.n_out;
-    // the output value (gated: gate rows on even slots, their up rows on the odd ones after)
-    uint r = gated ? (ROWS / 2u) * wg + (slot >> 1) : ROWS * wg + slot;
-    bool valid = r < n_rows;
-    uint row = (gated && (slot & 1u) == 1u ? p.y_off : p.w_off) + (valid ? r : 0u) * p.row_bytes;
-    // The row's weights touched first, a word of each 32-byte sector (every load at once), so
+    // a block's workgroup takes RG groups of outputs one after another, its block copied and
+    // normalized once for all of them
+    uint RG = TT > 1u ? p.groups : 1u;
+    // The rows' weights touched first, a word of each 32-byte sector (every load at once), so
     // that the norm's chain below runs while they come from memory and the products' loads find
     // them in the caches; the words are used only in a test that never holds (kept so).
     uint pf = 0u;
-    {
+    for (uint g = 0u; g < RG; g++) {
+        uint row = out_row(wg * RG + g, slot, gated, n_rows);
         uint ns = (p.row_bytes + 31u) >> 5, w0 = row >> 2;
         for (uint s = lane; s < ns; s += 64u) pf ^= W[w0 + 8u * s] ^ W[w0 + 8u * min(s + 32u, ns - 1u)];
     }
@@ -388,72 +404,77 @@ void main() {
         }
         MF_MARK(2u);
     }
-    // two units a round, the second's loads beside the first's (its index kept in the row)
-    float acc[TT];
-    for (uint i = 0u; i < TT; i++) acc[i] = 0.0;
-    for (uint u = lane; u < nu; u += 64u) {
-        uint u2 = min(u + 32u, nu - 1u);
-        Unit k0 = unit_w(row, u), k1 = unit_w(row, u2);
-        for (uint i = 0u; i < TT; i++) {
-            float a0 = dot(k0.w0, xs(i, u, 0u, k0.a0)) + dot(k0.w1, xs(i, u, 1u, k0.a1));
-            float a1 = dot(k1.w0, xs(i, u2, 0u, k1.a0)) + dot(k1.w1, xs(i, u2, 1u, k1.a1));
-            acc[i] += u + 32u < nu ? a0 + a1 : a0;
-        }
-    }
-    if (pf == 0x9E3779B9u && p.accumulate == 0xFFFFFFFFu) acc[0] = 0.0; // never (see pf)
-    MF_MARK(3u);
-    float y[TT];
-#ifdef MV_SG
-    if (gl_SubgroupSize == 32u) { // a row's 32 lanes are one subgroup
-        for (uint i = 0u; i < TT; i++) y[i] = subgroupAdd(acc[i]);
-    } else
-#endif
-    {
-        for (uint i = 0u; i < TT; i++) {
-            part[lid] = acc[i];
-            barrier();
-            y[i] = 0.0;
-            for (uint l = 0u; l < 32u; l++) y[i] += part[32u * slot + l];
-            if (i + 1u < TT) barrier(); // (before the next row's sums)
-        }
-    }
-    MF_MARK(4u);
-    if (!gated && !roped) {
-        for (uint i = 0u; i < TT; i++) {
-            uint yi = p.y_off + (t0 + i) * p.ldy + r;
-            if (lane == 0u && valid && i < nr)
-                Y[yi] = (p.accumulate & 1u) != 0u ? Y[yi] + y[i] : y[i];
-        }
-        MF_MARK(5u);
-        return;
-    }
-    if (lane == 0u)
-        for (uint i = 0u; i < TT; i++) ys[slot * TT + i] = y[i];
-    barrier();
-    if (lane != 0u || !valid) return;
-    uint s0 = slot & ~1u; // the pair's first slot
-    if (gated) { // the even slot: act(gate) * up, act.comp's arithmetic in the driver's float steps
-        if (slot == s0) {
-            for (uint i = 0u; i < nr; i++) {
-                float x = ys[s0 * TT + i], z = x;
-                if ((p.accumulate & 64u) != 0u) z = 1.5957691216057308 * (x + 0.044715 * x * x * x);
-                Y[(t0 + i) * p.ldy + r] = x / (1.0 + exp(-z)) * ys[(s0 + 1u) * TT + i];
+    for (uint g = 0u; g < RG; g++) { // (RG > 1: the previous group's sums and outputs read)
+        if (g > 0u) barrier();
+        uint r = out_val(wg * RG + g, slot, gated), row = out_row(wg * RG + g, slot, gated, n_rows);
+        bool valid = r < n_rows;
+        // two units a round, the second's loads beside the first's (its index kept in the row)
+        float acc[TT];
+        for (uint i = 0u; i < TT; i++) acc[i] = 0.0;
+        for (uint u = lane; u < nu; u += 64u) {
+            uint u2 = min(u + 32u, nu - 1u);
+            Unit k0 = unit_w(row, u), k1 = unit_w(row, u2);
+            for (uint i = 0u; i < TT; i++) {
+                float a0 = dot(k0.w0, xs(i, u, 0u, k0.a0)) + dot(k0.w1, xs(i, u, 1u, k0.a1));
+                float a1 = dot(k1.w0, xs(i, u2, 0u, k1.a0)) + dot(k1.w1, xs(i, u2, 1u, k1.a1));
+                acc[i] += u + 32u < nu ? a0 + a1 : a0;
             }
         }
-        MF_MARK(5u);
-        return;
-    }
-    // roped: rows 2i (an even slot) and 2i + 1 (the odd one after) are a pair of one head (hd even)
-    uint hd = (p.accumulate >> 8) & 0xFFFu, nrot = p.accumulate >> 20, j = r % hd;
-    for (uint i = 0u; i < nr; i++) {
-        float v = ys[slot * TT + i];
-        if (j < nrot) {
-            uint at = 5u * p.n_tok + (t0 + i) * nrot + (j >> 1); // the pass row's cos/sin
-            float c = IN[at], sn = IN[at + nrot / 2u];
-            float a = ys[s0 * TT + i], b = ys[(s0 + 1u) * TT + i];
-            v = slot == s0 ? a * c - b * sn : a * sn + b * c;
+        if (pf == 0x9E3779B9u && p.accumulate == 0xFFFFFFFFu) acc[0] = 0.0; // never (see pf)
+        MF_MARK(3u);
+        float y[TT];
+#ifdef MV_SG
+        if (gl_SubgroupSize == 32u) { // a row's 32 lanes are one subgroup
+            for (uint i = 0u; i < TT; i++) y[i] = subgroupAdd(acc[i]);
+        } else
+#endif
+        {
+            for (uint i = 0u; i < TT; i++) {
+                part[lid] = acc[i];
+                barrier();
+                y[i] = 0.0;
+                for (uint l = 0u; l < 32u; l++) y[i] += part[32u * slot + l];
+                if (i + 1u < TT) barrier(); // (before the next row's sums)
+            }
         }
-        Y[p.y_off + (t0 + i) * p.ldy + r] = v;
+        MF_MARK(4u);
+        if (!gated && !roped) {
+            for (uint i = 0u; i < TT; i++) {
+                uint yi = p.y_off + (t0 + i) * p.ldy + r;
+                if (lane == 0u && valid && i < nr)
+                    Y[yi] = (p.accumulate & 1u) != 0u ? Y[yi] + y[i] : y[i];
+            }
+            MF_MARK(5u);
+            continue;
+        }
+        if (lane == 0u)
+            for (uint i = 0u; i < TT; i++) ys[slot * TT + i] = y[i];
+        barrier();
+        if (lane != 0u || !valid) continue;
+        uint s0 = slot & ~1u; // the pair's first slot
+        if (gated) { // the even slot: act(gate) * up, act.comp's arithmetic in the driver's float steps
+            if (slot == s0) {
+                for (uint i = 0u; i < nr; i++) {
+                    float x = ys[s0 * TT + i], z = x;
+                    if ((p.accumulate & 64u) != 0u) z = 1.5957691216057308 * (x + 0.044715 * x * x * x);
+                    Y[(t0 + i) * p.ldy + r] = x / (1.0 + exp(-z)) * ys[(s0 + 1u) * TT + i];
+                }
+            }
+            MF_MARK(5u);
+            continue;
+        }
+        // roped: rows 2i (an even slot) and 2i + 1 (the odd one after) are a pair of one head (hd even)
+        uint hd = (p.accumulate >> 8) & 0xFFFu, nrot = p.accumulate >> 20, j = r % hd;
+        for (uint i = 0u; i < nr; i++) {
+            float v = ys[slot * TT + i];
+            if (j < nrot) {
+                uint at = 5u * p.n_tok + (t0 + i) * nrot + (j >> 1); // the pass row's cos/sin
+                float c = IN[at], sn = IN[at + nrot / 2u];
+                float a = ys[s0 * TT + i], b = ys[(s0 + 1u) * TT + i];
+                v = slot == s0 ? a * c - b * sn : a * sn + b * c;
+            }
+            Y[p.y_off + (t0 + i) * p.ldy + r] = v;
+        }
+        MF_MARK(5u);
     }
-    MF_MARK(5u);
 }
