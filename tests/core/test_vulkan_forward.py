@@ -1566,14 +1566,17 @@ def _eight_fast_sessions_as_alone(path: Path, eng: geist.Engine, n_vocab: int, s
 # output's logits, 262,144 rows of Gemma 3's) streams in outfast.comp, x's blocks as 16-bit
 # integers: held to the float reference as the other fast products (the 8-bit path it replaced,
 # x's 8-bit rows, was 0.67 % off here, and took another greedy id at the second step of a
-# fixture of 256 values a row). 512 values a row: 16 blocks, two a lane of lavapipe's 8-lane
-# subgroups, one of a GPU's 32. Then 8 sessions stepping together (its pipeline of up to
-# FAST_ROWS rows of x, in shared memory) pick each session's ids alone.
-def test_fast_output_of_a_large_vocabulary(vk_fast: geist.Engine) -> None:
-    path = testing.family_fixture_path("llama3", "Q8_0", n_vocab=20000, d_model=512, n_head=8,
-                                       n_head_kv=2, head_dim=64, n_layer=2)
+# fixture of 256 values a row). A row's blocks over a cluster of lanes (outfast_blocks): 512
+# values a row, 16 blocks, take a whole subgroup (lavapipe's 8 lanes two blocks each, a GPU's 16
+# of 32 one each); 384 values, 12 blocks, clusters of 4 lanes of 3 blocks, 2 rows a subgroup at
+# a time on lavapipe (8 on a GPU). Then 8 sessions stepping together (its pipeline of up to
+# FAST_ROWS rows of x) pick each session's ids alone: the same clusters and order.
+@pytest.mark.parametrize("d_model", [512, 384])
+def test_fast_output_of_a_large_vocabulary(vk_fast: geist.Engine, d_model: int) -> None:
+    path = testing.family_fixture_path("llama3", "Q8_0", n_vocab=20000, d_model=d_model,
+                                       n_head=d_model // 64, n_head_kv=2, head_dim=64, n_layer=2)
     feed = [int(v) for v in np.random.default_rng(11).integers(1, 20000, 4)]
-    _held_to_float_activations(path, vk_fast, feed, 12, "output of 20,000 rows")
+    _held_to_float_activations(path, vk_fast, feed, 12, f"output of 20,000 rows of {d_model}")
     if not _fast_attention_on(vk_fast):
         return  # (several sessions' rows take the fast products only beside the fast attention)
     _eight_fast_sessions_as_alone(path, vk_fast, 20000, 30, 5)

@@ -128,6 +128,7 @@ typedef struct gt_vk_ctx {
                               (8 to 128; 0: the device cannot promise that: vk_device.c) */
     bool attn_lanes_required; /* its pipeline requires that size in full subgroups (the size
                                  control), else the device runs only that size */
+    bool sg_shuffle;       /* subgroup shuffles in compute kernels (outfast.comp's clusters) */
     uint32_t compute_units; /* the device's SMs or CUs where its driver says (VK_NV_shader_sm_builtins,
                                VK_AMD_shader_core_properties); 0: unknown */
     pthread_mutex_t queue_lock; /* the queue and command pool: one submitter at a time */
@@ -144,6 +145,10 @@ VkResult gt_vk_submit_wait(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence);
  * host learns of the end within microseconds, not a sleeping thread's wake-up later (a decode
  * step of a small model on a GPU is about a millisecond: the wake-up was 8-15 % of it). */
 VkResult gt_vk_submit_wait_for(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence, uint64_t expect_ns);
+/* Its two halves, for a host that works while the device runs: cb submitted as above, then the
+ * wait for its fence, expected to signal at end_ns (CLOCK_MONOTONIC; 0: unknown). */
+VkResult gt_vk_submit(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence);
+VkResult gt_vk_wait_until(gt_vk_ctx *c, VkFence fence, uint64_t end_ns);
 
 /* A memory type index with all of `want` among the bits of `types`, or -1. */
 int32_t gt_vk_memory_type(const gt_vk_ctx *c, uint32_t types, VkMemoryPropertyFlags want);

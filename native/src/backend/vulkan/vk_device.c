@@ -298,6 +298,7 @@ geist_status gt_vk_ctx_create(const gt_dev_options *o, gt_vk_ctx **out, gt_err *
                           sgp.subgroupSize <= 128;
     c->attn_lanes = sg_require ? want : sg_fixed ? sgp.subgroupSize : 0;
     c->attn_lanes_required = sg_require;
+    c->sg_shuffle = sg_sums && (sgp.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     if (o->int_dot > 0 && !idot_have) {
         gt_fail(err, GEIST_ERR_UNSUPPORTED, "vulkan: GEIST_DEVICE_INT_DOT asked for integer dot "
                 "products, which %s does not offer (VK_KHR_shader_integer_dot_product)",
@@ -410,7 +411,7 @@ static uint64_t mono_ns(void) {
 #define WAKE_EARLY_NS 150000u
 #define POLL_MAX_NS 500000u
 
-VkResult gt_vk_submit_wait_for(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence, uint64_t expect_ns) {
+VkResult gt_vk_submit(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence) {
     const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
                              .pCommandBuffers = &cb};
     VkResult r = c->f.ResetFences(c->dev, 1, &fence);
@@ -418,11 +419,16 @@ VkResult gt_vk_submit_wait_for(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence, 
     pthread_mutex_lock(&c->queue_lock);
     r = c->f.QueueSubmit(c->queue, 1, &si, fence);
     pthread_mutex_unlock(&c->queue_lock);
-    if (r != VK_SUCCESS) return r;
+    return r;
+}
+
+VkResult gt_vk_wait_until(gt_vk_ctx *c, VkFence fence, uint64_t end_ns) {
+    VkResult r;
     /* on a CPU device (lavapipe) the step runs on the host's cores: polling would take one */
-    if (expect_ns > 0 && c->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU) {
-        if (expect_ns > 2 * WAKE_EARLY_NS) {
-            r = c->f.WaitForFences(c->dev, 1, &fence, VK_TRUE, expect_ns - WAKE_EARLY_NS);
+    if (end_ns > 0 && c->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU) {
+        const uint64_t now = mono_ns();
+        if (end_ns > now + 2 * WAKE_EARLY_NS) {
+            r = c->f.WaitForFences(c->dev, 1, &fence, VK_TRUE, end_ns - now - WAKE_EARLY_NS);
             if (r != VK_TIMEOUT) return r;
         }
         const uint64_t until = mono_ns() + POLL_MAX_NS;
@@ -432,6 +438,12 @@ VkResult gt_vk_submit_wait_for(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence, 
         } while (mono_ns() < until);
     }
     return c->f.WaitForFences(c->dev, 1, &fence, VK_TRUE, UINT64_MAX);
+}
+
+VkResult gt_vk_submit_wait_for(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence, uint64_t expect_ns) {
+    const uint64_t t0 = mono_ns();
+    const VkResult r = gt_vk_submit(c, cb, fence);
+    return r != VK_SUCCESS ? r : gt_vk_wait_until(c, fence, expect_ns ? t0 + expect_ns : 0);
 }
 
 VkResult gt_vk_submit_wait(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence) {

@@ -41,6 +41,7 @@
 #define PASS_ROWS GT_VK_PASS_ROWS
 #define NARROW_ROWS 64
 #define WAIT_ROWS 16 /* passes of at most this many rows wait as the last of as many took */
+#define AHEAD_ROWS 16 /* rows a pass makes the next positions' rotary angles for */
 #define LOGIT_ROWS 64 /* rows a pass gives logits or greedy ids of (gt_dev_row's output) */
 #ifdef GEIST_VK_CLOCK
 #define N_BIND 14 /* the clock build: binding 13 its records (shaders/clock.glsl) */
@@ -237,6 +238,7 @@ typedef struct gt_vk_fwd {
     wref tok[MAX_PARTS], out[MAX_PARTS];
     int32_t n_tok, n_out;
     uint32_t out_xb; /* outfast.comp's blocks a lane (its XB) for the output's rows; 0: not taken */
+    uint32_t out_cl; /* and its lanes a row (CL) */
     wref *lw; /* n_layer * W_PER_LAYER */
     int32_t cap_rows, cap_ctx;
     vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg, lgh; /* lgh: logits' readback */
@@ -268,6 +270,13 @@ typedef struct gt_vk_fwd {
     uint64_t wait_ns[WAIT_ROWS]; /* the last pass of n rows: its GPU time by timestamps (else
                                   * its submit to its end), the next one's expected time
                                   * (gt_vk_submit_wait_for) */
+    /* the rotary angles of the positions after a decode pass's (rope_ahead: made while the
+     * device runs it), AHEAD_ROWS of them, each its two tables' n_rot floats, at ahead_pos (-1:
+     * none) */
+    float *ahead;
+    int32_t ahead_pos[AHEAD_ROWS];
+    /* the recorded plan's dispatches and barriers (the stats of a pass that reuses it) */
+    uint32_t last_dispatches, last_barriers;
     gt_dev_stats stats; /* since the model's load (backend.h) */
 #ifdef GEIST_VK_CLOCK
     gt_vk_clock clk;
@@ -512,6 +521,7 @@ void gt_vk_fwd_free(gt_vk_model *vm) {
     if (fw->dpool) c->f.DestroyDescriptorPool(c->dev, fw->dpool, NULL);
     if (fw->qp) c->f.DestroyQueryPool(c->dev, fw->qp, NULL);
     free(fw->ts);
+    free(fw->ahead);
     if (fw->fence) c->f.DestroyFence(c->dev, fw->fence, NULL);
     if (fw->cpool) c->f.DestroyCommandPool(c->dev, fw->cpool, NULL);
     pthread_mutex_destroy(&fw->lock);
@@ -633,22 +643,35 @@ static void ds_index(gt_vk_fwd *fw, uint32_t i) {
     fw->ds_hash[k] = i + 1;
 }
 
-/* outfast.comp's blocks of 32 a lane (its XB) for the output's rows, where a fast engine's
- * device promises full subgroups of one size (c->attn_lanes, as the fast attention: the kernel
- * spreads a row's blocks over a subgroup's lanes, which must all run) and every part of the
- * output is Q8_0 in rows of an even count of blocks at word offsets (the kernel's loads stay
- * within a row), at most 4 blocks a lane; else 0 (the 8-bit path: quant.comp and matvec.comp) */
+/* outfast.comp's blocks of 32 a lane (its XB) for the output's rows, and its lanes a row (CL,
+ * into *cl), where a fast engine's device promises full subgroups of one size (c->attn_lanes, as
+ * the fast attention: the kernel spreads a row's blocks over a cluster of a subgroup's lanes,
+ * which must all run) with shuffles, and every part of the output is Q8_0 in rows of an even
+ * count of blocks at word offsets (the kernel's loads stay within a row), at most OUT_XB_MAX
+ * blocks a lane; else 0 (the 8-bit path: quant.comp and matvec.comp). The cluster: the fewest
+ * lanes' slots for a row's blocks (idle lanes the fewest), the most lanes of those (the fewest
+ * blocks a lane): Gemma 3's 20 blocks a row 8 lanes of 3 (SmolLM2's 18 too), 16 blocks 16 of 1
+ * on a GPU's subgroups of 32 */
 #define OUT_XB_MAX 4u
 /* P_OUTFAST8's x: FAST_ROWS rows of at most this many blocks in shared memory (34 KiB) */
 #define OUT_XS_BLOCKS 64u
-static uint32_t outfast_blocks(const gt_vk_ctx *c, const gt_vk_fwd *fw) {
-    if (!c->fast || c->attn_lanes < 8 || fw->n_out < 1) return 0;
+static uint32_t outfast_blocks(const gt_vk_ctx *c, const gt_vk_fwd *fw, uint32_t *cl) {
+    *cl = 0;
+    if (!c->fast || c->attn_lanes < 8 || !c->sg_shuffle || fw->n_out < 1) return 0;
     for (int32_t i = 0; i < fw->n_out; i++) {
         const wref *w = &fw->out[i];
         if (w->type != GT_TYPE_Q8_0 || w->n_in % 64 || w->off % 4) return 0;
     }
-    const uint32_t xb = (fw->out[0].n_in / 32 + c->attn_lanes - 1) / c->attn_lanes;
-    return xb <= OUT_XB_MAX ? xb : 0;
+    const uint32_t nb = fw->out[0].n_in / 32;
+    uint32_t xb = 0;
+    for (uint32_t l = 1; l <= c->attn_lanes && c->attn_lanes % l == 0; l *= 2) {
+        const uint32_t k = (nb + l - 1) / l;
+        if (k <= OUT_XB_MAX && (!xb || l * k <= *cl * xb)) {
+            xb = k;
+            *cl = l;
+        }
+    }
+    return xb;
 }
 
 /* attnfast.comp's MAXP (the value pairs of a head a lane holds: the head's pairs over the
@@ -764,7 +787,7 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     if (cst) return cst;
 #endif
     const uint32_t maxp = fast_attn_maxp(c, &vm->model->cfg);
-    fw->out_xb = outfast_blocks(c, fw);
+    fw->out_xb = outfast_blocks(c, fw, &fw->out_cl);
     bool post_norms = false; /* a layer with a post-norm (Gemma 3): P_MVFAST_PEND's models */
     for (int32_t il = 0; il < vm->model->cfg.n_layer; il++)
         post_norms |= fw->lr[il].post_attn != NO_NORM || fw->lr[il].post_ffn != NO_NORM;
@@ -792,9 +815,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
             (p == P_ATTN_FAST && maxp == 0) ||
             (p == P_NORM_FAST && (!c->fast || c->subgroup_min < 8)) ||
             ((p == P_OUTFAST || p == P_OUTFAST8) && fw->out_xb == 0) ||
-            (p == P_OUTFAST8 && (fw->out[0].n_in > 32 * OUT_XS_BLOCKS ||
-                                 FAST_ROWS * 17 * 4 * (fw->out[0].n_in / 32) >
-                                     lim->maxComputeSharedMemorySize)) ||
+            (p == P_OUTFAST8 && fw->out[0].n_in > 32 * OUT_XS_BLOCKS) ||
+            ((p == P_OUTFAST || p == P_OUTFAST8) &&
+             (p == P_OUTFAST8 ? FAST_ROWS : 1u) * 17 * 4 * (fw->out[0].n_in / 32) >
+                 lim->maxComputeSharedMemorySize) ||
             (grouped && (fw->attn_group < 2 || (fw->wide && p != P_ATTN_G))))
             continue; /* left VK_NULL_HANDLE: never dispatched */
         /* the kernel, or its integer-dot-product build where the device takes those */
@@ -833,10 +857,10 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
             sv.c0 = fw->attn_group, n_sme = 2;
         } else if (p == P_ATTN_FAST) {
             sv.c0 = maxp, n_sme = 2;
-        } else if (p == P_OUTFAST || p == P_OUTFAST8) { /* its TOK, XB and NB */
+        } else if (p == P_OUTFAST || p == P_OUTFAST8) { /* its TOK, XB, NB and CL */
             sv.c0 = p == P_OUTFAST ? 1u : FAST_ROWS, sv.c1 = fw->out_xb;
-            sv.c2 = p == P_OUTFAST8 ? fw->out[0].n_in / 32 : 0u;
-            n_sme = 4;
+            sv.c2 = fw->out[0].n_in / 32, sv.c3 = fw->out_cl;
+            n_sme = 5;
         }
         const VkSpecializationInfo spec = {n_sme, sme, sizeof sv, &sv};
         /* attnfast.comp and outfast.comp in full subgroups of attn_lanes, where it takes asking */
@@ -1672,9 +1696,10 @@ static void rec_mv_gated(rec *r, const wref *gate, const wref *up, VkBuffer x, V
 
 /* GEIST_DEVICE_FAST's Q8_0 product of more than SELFQ_MAX_ROWS rows (a tied output's logits) for
  * at most FAST_ROWS rows of x, in outfast.comp (docs/VULKAN.md "The output streamed"): 4
- * workgroups of 256 lanes a compute unit stream the rows, x's blocks made 16-bit integers in each
- * lane (P_OUTFAST, one row of x: in registers; P_OUTFAST8: in shared memory); where the device
- * does not say its units, a workgroup per OUT_ROWS_WG rows. On the H100, Gemma 3's 262,144 rows
+ * workgroups of 256 lanes a compute unit stream the rows, x's blocks made 16-bit integers once a
+ * workgroup, in shared memory (P_OUTFAST one row of x, P_OUTFAST8 up to FAST_ROWS), a row's
+ * blocks over a cluster of lanes (outfast_blocks); where the device does not say its units, a
+ * workgroup per OUT_ROWS_WG rows. On the H100, Gemma 3's 262,144 rows
  * took 87 us profiled (with the output norm) against 187 for the 8-bit path; 8 sessions' pass
  * 2.178 -> 2.092 ms, where x's 8 rows in registers had made it 2.351 (session 30) */
 #define OUT_ROWS_WG 64u
@@ -2269,6 +2294,41 @@ static bool plan_key(const rec *r, const gt_config *cf, const grp *groups, int32
     return true;
 }
 
+/* A row's rotary cos/sin at pos (n_rot floats: cos of its half, then sin) for the global layers
+ * (tab 0) or the local (sliding) ones, computed as session/forward.c's rope_angles */
+static void rope_row(const geist_model *m, int32_t pos, int tab, float *cs) {
+    const gt_config *cf = &m->cfg;
+    const float *inv_freq = tab ? m->inv_freq_local : m->inv_freq_global;
+    const float p = (float)pos * (tab ? cf->rope_scale_local : cf->rope_scale_global);
+    const int32_t half = cf->n_rot / 2;
+    for (int32_t i = 0; i < half; i++) {
+        const double theta = (double)p * (double)inv_freq[i];
+        cs[i] = (float)cos(theta);
+        cs[half + i] = (float)sin(theta);
+    }
+}
+
+/* The angles of the positions a decode pass's rows take next (each one on), made while the
+ * device runs the pass, for the next pass's inputs (run_pass): Gemma 3's 256 angles a row, two
+ * tables, were ~25 us of an 8-session pass's host time on the H100's host */
+static void rope_ahead(gt_vk_fwd *fw, const geist_model *m, const gt_dev_row *rows, int32_t n) {
+    const size_t nr = (size_t)m->cfg.n_rot;
+    if (!fw->ahead) {
+        fw->ahead = malloc(AHEAD_ROWS * 2 * nr * sizeof *fw->ahead);
+        if (!fw->ahead) return;
+    }
+    int32_t k = 0;
+    for (int32_t t = 0; t < n && k < AHEAD_ROWS; t++) {
+        const int32_t pos = rows[t].pos + 1;
+        bool have = false; /* (sessions at one position: made once) */
+        for (int32_t j = 0; j < k && !have; j++) have = fw->ahead_pos[j] == pos;
+        if (have) continue;
+        for (int tab = 0; tab < 2; tab++) rope_row(m, pos, tab, fw->ahead + ((size_t)k * 2 + (size_t)tab) * nr);
+        fw->ahead_pos[k++] = pos;
+    }
+    for (; k < AHEAD_ROWS; k++) fw->ahead_pos[k] = -1;
+}
+
 static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n, gt_err *err) {
     gt_vk_ctx *c = vm->ctx;
     gt_vk_fwd *fw = vm->fwd;
@@ -2320,22 +2380,22 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
     uint32_t *in = fw->in.map;
     const uint32_t gather_at = 4u * (uint32_t)n, rope_at = gather_at + (uint32_t)n;
     const uint32_t rope_at_local = rope_at + (uint32_t)n * (uint32_t)cf->n_rot;
-    const int32_t half = cf->n_rot / 2;
     for (int32_t t = 0, k = 0; t < n; t++) {
         in[4 * t] = (uint32_t)rows[t].token;
         in[4 * t + 1] = (uint32_t)rows[t].pos;
         in[4 * t + 2] = in[4 * t + 3] = 0;
         if (rows[t].logits || rows[t].argmax) in[gather_at + (uint32_t)k++] = (uint32_t)t;
+        int32_t made = -1; /* the angles rope_ahead made for this position, if any */
+        for (int32_t j = 0; fw->ahead && j < AHEAD_ROWS && made < 0; j++)
+            if (fw->ahead_pos[j] == rows[t].pos) made = j;
         for (int tab = 0; tab < 2; tab++) {
-            const float *inv_freq = tab ? m->inv_freq_local : m->inv_freq_global;
-            const float pos = (float)rows[t].pos * (tab ? cf->rope_scale_local : cf->rope_scale_global);
             float *cs = (float *)(void *)(in + (tab ? rope_at_local : rope_at) +
                                           (size_t)t * (size_t)cf->n_rot);
-            for (int32_t i = 0; i < half; i++) {
-                const double theta = (double)pos * (double)inv_freq[i];
-                cs[i] = (float)cos(theta);
-                cs[half + i] = (float)sin(theta);
-            }
+            if (made >= 0)
+                memcpy(cs, fw->ahead + ((size_t)made * 2 + (size_t)tab) * (size_t)cf->n_rot,
+                       (size_t)cf->n_rot * sizeof *cs);
+            else
+                rope_row(m, rows[t].pos, tab, cs);
         }
     }
 
@@ -2390,14 +2450,24 @@ static geist_status run_pass(gt_vk_model *vm, const gt_dev_row *rows, int32_t n,
         }
         fw->stats.recorded++;
     }
-    for (uint32_t i = 0; i < r.n; i++) { /* (fw->plan holds the last pass's plan when cached) */
-        fw->stats.dispatches += fw->plan[i].kind == CMD_DISPATCH;
-        fw->stats.barriers += fw->plan[i].barrier;
+    if (!cached) { /* (a cached pass's plan is the recorded one: its counts kept) */
+        fw->last_dispatches = fw->last_barriers = 0;
+        for (uint32_t i = 0; i < r.n; i++) {
+            fw->last_dispatches += fw->plan[i].kind == CMD_DISPATCH;
+            fw->last_barriers += fw->plan[i].barrier;
+        }
     }
+    fw->stats.dispatches += fw->last_dispatches;
+    fw->stats.barriers += fw->last_barriers;
     const uint64_t t_sub = now_ns();
     /* a pass of few rows (decode) is expected to take what the last of as many rows took */
     uint64_t *last_ns = n <= WAIT_ROWS ? &fw->wait_ns[n - 1] : NULL;
-    const VkResult vr = gt_vk_submit_wait_for(c, fw->cb, fw->fence, last_ns ? *last_ns : 0);
+    VkResult vr = gt_vk_submit(c, fw->cb, fw->fence);
+    if (vr == VK_SUCCESS) {
+        /* the next positions' angles while the device runs this pass (decode: a row a session) */
+        if (keyed && n <= AHEAD_ROWS) rope_ahead(fw, m, rows, n);
+        vr = gt_vk_wait_until(c, fw->fence, last_ns && *last_ns ? t_sub + *last_ns : 0);
+    }
     if (vr != VK_SUCCESS) {
         fw->cb_valid = false;
         return gt_fail(err, vr == VK_ERROR_DEVICE_LOST ? GEIST_ERR_INTERNAL : GEIST_ERR_OUT_OF_MEMORY,
