@@ -21,7 +21,8 @@ SH = "native/src/backend/vulkan/shaders/"
 VK = "native/src/backend/vulkan/vk_forward.c"
 ATTN_CALL = ("            rec_attn(r, cf, G, il, R->window,\n                     staged[g] ? "
              "(uint32_t)rows[G->r0].pos : UINT32_MAX,\n                     "
-             "attn_shape_of(c, fw, cf, (uint32_t)G->n, n_ctx, n_max), fr);")
+             "attn_shape_at(c, fw, cf, (uint32_t)G->n, rows[G->r0 + G->n - 1].pos, G->kv,\n"
+             "                                   R->window),\n                     fr);")
 # name: [(file, text, replacement)], what is left out
 STUBS: dict[str, list[tuple[str, str, str]]] = {
     # nothing left out: HEAD built the same way, the baseline beside a change not yet committed
@@ -153,6 +154,10 @@ STUBS: dict[str, list[tuple[str, str, str]]] = {
                         "    uint c = gl_WorkGroupID.x % p.n_split,")],
     "attnfast_u2": [(SH + "vulkan_only/attnfast.comp", "#define U 4u", "#define U 2u")],
     "attnfast_u8": [(SH + "vulkan_only/attnfast.comp", "#define U 4u", "#define U 8u")],
+    # outfast.comp's clusters (session 34): at most 6 blocks a lane (Gemma 3's and SmolLM2's
+    # rows 4 lanes of 5), or 1 (a row a subgroup, as before session 34, with its other changes)
+    "out_xb6": [(VK, "#define OUT_XB_MAX 4u", "#define OUT_XB_MAX 6u")],
+    "out_xb1": [(VK, "#define OUT_XB_MAX 4u", "#define OUT_XB_MAX 1u")],
     # blocks' workgroups of one group of outputs (session 33: mvt_groups), or at most 2
     "mvt_groups1": [(VK, "#define MVT_GROUPS 4u", "#define MVT_GROUPS 1u")],
     "mvt_groups2": [(VK, "#define MVT_GROUPS 4u", "#define MVT_GROUPS 2u")],
