@@ -2310,7 +2310,7 @@ static void rope_row(const geist_model *m, int32_t pos, int tab, float *cs) {
 
 /* The angles of the positions a decode pass's rows take next (each one on), made while the
  * device runs the pass, for the next pass's inputs (run_pass): Gemma 3's 256 angles a row, two
- * tables, were ~25 us of an 8-session pass's host time on the H100's host */
+ * tables, were 25-50 us of an 8-session pass's host time on the H100's host (session 34) */
 static void rope_ahead(gt_vk_fwd *fw, const geist_model *m, const gt_dev_row *rows, int32_t n) {
     const size_t nr = (size_t)m->cfg.n_rot;
     if (!fw->ahead) {
@@ -2323,7 +2323,8 @@ static void rope_ahead(gt_vk_fwd *fw, const geist_model *m, const gt_dev_row *ro
         bool have = false; /* (sessions at one position: made once) */
         for (int32_t j = 0; j < k && !have; j++) have = fw->ahead_pos[j] == pos;
         if (have) continue;
-        for (int tab = 0; tab < 2; tab++) rope_row(m, pos, tab, fw->ahead + ((size_t)k * 2 + (size_t)tab) * nr);
+        for (int tab = 0; tab < 2; tab++)
+            rope_row(m, pos, tab, fw->ahead + ((size_t)k * 2 + (size_t)tab) * nr);
         fw->ahead_pos[k++] = pos;
     }
     for (; k < AHEAD_ROWS; k++) fw->ahead_pos[k] = -1;
