@@ -140,13 +140,12 @@ void gt_vk_ctx_free(gt_vk_ctx *c);
 /* cb submitted alone on the context's queue (under queue_lock) with `fence` (reset first), and
  * waited for: the first failing call's result, else VK_SUCCESS. */
 VkResult gt_vk_submit_wait(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence);
-/* The same for a command buffer expected to take about expect_ns (0: unknown, as above): the
- * driver's wait sleeps through most of it and the fence is polled for the rest, so that the
- * host learns of the end within microseconds, not a sleeping thread's wake-up later (a decode
- * step of a small model on a GPU is about a millisecond: the wake-up was 8-15 % of it). */
-VkResult gt_vk_submit_wait_for(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence, uint64_t expect_ns);
 /* Its two halves, for a host that works while the device runs: cb submitted as above, then the
- * wait for its fence, expected to signal at end_ns (CLOCK_MONOTONIC; 0: unknown). */
+ * wait for its fence, expected to signal at end_ns (CLOCK_MONOTONIC; 0: unknown, the driver's
+ * wait alone). With an expected end the driver's wait sleeps through most of it and the fence is
+ * polled for the rest, so that the host learns of the end within microseconds, not a sleeping
+ * thread's wake-up later (a decode step of a small model on a GPU is about a millisecond: the
+ * wake-up was 8-15 % of it). */
 VkResult gt_vk_submit(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence);
 VkResult gt_vk_wait_until(gt_vk_ctx *c, VkFence fence, uint64_t end_ns);
 

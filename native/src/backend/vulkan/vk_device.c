@@ -440,12 +440,7 @@ VkResult gt_vk_wait_until(gt_vk_ctx *c, VkFence fence, uint64_t end_ns) {
     return c->f.WaitForFences(c->dev, 1, &fence, VK_TRUE, UINT64_MAX);
 }
 
-VkResult gt_vk_submit_wait_for(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence, uint64_t expect_ns) {
-    const uint64_t t0 = mono_ns();
-    const VkResult r = gt_vk_submit(c, cb, fence);
-    return r != VK_SUCCESS ? r : gt_vk_wait_until(c, fence, expect_ns ? t0 + expect_ns : 0);
-}
-
 VkResult gt_vk_submit_wait(gt_vk_ctx *c, VkCommandBuffer cb, VkFence fence) {
-    return gt_vk_submit_wait_for(c, cb, fence, 0);
+    const VkResult r = gt_vk_submit(c, cb, fence);
+    return r != VK_SUCCESS ? r : gt_vk_wait_until(c, fence, 0);
 }

@@ -269,7 +269,7 @@ typedef struct gt_vk_fwd {
     uint64_t ts_mask; /* the valid bits */
     uint64_t wait_ns[WAIT_ROWS]; /* the last pass of n rows: its GPU time by timestamps (else
                                   * its submit to its end), the next one's expected time
-                                  * (gt_vk_submit_wait_for) */
+                                  * (gt_vk_wait_until) */
     /* the rotary angles of the positions after a decode pass's (rope_ahead: made while the
      * device runs it), AHEAD_ROWS of them, each its two tables' n_rot floats, at ahead_pos (-1:
      * none) */
