@@ -99,13 +99,16 @@ enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, 
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
        P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_ARGMAX,
        P_MVFAST, P_ATTN_FAST, P_NORM_FAST, P_MVFAST_PEND, P_OUTFAST, P_OUTFAST8, P_MVT,
-       P_COUNT = P_MVT + 2 * MVT_MODES * 6 };
-/* P_MVT + 2 (MVT_MODES i + m) (+ 1: PEND): P_MVFAST (P_MVFAST_PEND) made for the weights of type
- * k_mvt_types[i] alone (mvfast.comp's specialization constant TYPE: its unpacking without a
- * branch on the type, so that the compiler can overlap one unit's loads with the next's), for
- * the types the model's layers have, and for the rows of mode m: 0 a pass of one row, 1 passes
- * of several (mvfast.comp's SPREAD) a row a workgroup, 2.. blocks of 2^(m - 1) rows a workgroup
- * (its TT: mvt_block); P_MVFAST itself (SPREAD) serves any other */
+       P_COUNT = P_MVT + 3 * MVT_MODES * 6 };
+/* P_MVT + 3 (MVT_MODES i + m) + v: P_MVFAST (v 0), P_MVFAST_PEND (v 1: PEND) or P_MVFAST for
+ * blocks of x not normed (v 2: MVT_RAW, O and down, their x staged as it is: XN fw->xn_raw)
+ * made for the weights of type k_mvt_types[i] alone (mvfast.comp's specialization constant
+ * TYPE: its unpacking without a branch on the type, so that the compiler can overlap one unit's
+ * loads with the next's), for the types the model's layers have, and for the rows of mode m: 0
+ * a pass of one row, 1 passes of several (mvfast.comp's SPREAD) a row a workgroup, 2.. blocks of
+ * 2^(m - 1) rows a workgroup (its TT: mvt_block; MVT_RAW only these); P_MVFAST itself (SPREAD)
+ * serves any other */
+enum { MVT_PLAIN, MVT_PEND, MVT_RAW };
 static const uint32_t k_mvt_types[6] = {GT_TYPE_Q4_0, GT_TYPE_Q4_1, GT_TYPE_Q5_0, GT_TYPE_Q8_0,
                                          GT_TYPE_Q4_K, GT_TYPE_Q6_K};
 static const char *const k_pipe_names[P_MVT] = {
@@ -116,14 +119,14 @@ static const char *const k_pipe_names[P_MVT] = {
 /* the kind of pipeline p: a typed fast product's is its generic one's (P_MVFAST or
  * P_MVFAST_PEND), which also gives its shader and the bindings it writes */
 static int pipe_kind(int p) {
-    return p < P_MVT ? p : (p - P_MVT) % 2 ? P_MVFAST_PEND : P_MVFAST;
+    return p < P_MVT ? p : (p - P_MVT) % 3 == MVT_PEND ? P_MVFAST_PEND : P_MVFAST;
 }
-/* a typed fast product's pipeline: weights of type k_mvt_types[t], pend, rows of mode m */
-static int pipe_mvt(int t, bool pend, int m) {
-    return P_MVT + 2 * (MVT_MODES * t + m) + (pend ? 1 : 0);
-}
-static int mvt_type(int p) { return (p - P_MVT) / (2 * MVT_MODES); }
-static int mvt_mode(int p) { return (p - P_MVT) / 2 % MVT_MODES; }
+/* a typed fast product's pipeline: weights of type k_mvt_types[t], variant v (MVT_*), rows of
+ * mode m */
+static int pipe_mvt(int t, int v, int m) { return P_MVT + 3 * (MVT_MODES * t + m) + v; }
+static int mvt_type(int p) { return (p - P_MVT) / (3 * MVT_MODES); }
+static int mvt_mode(int p) { return (p - P_MVT) / 3 % MVT_MODES; }
+static int mvt_var(int p) { return (p - P_MVT) % 3; }
 /* mvfast.comp's shared memory in bytes for a block of tt rows: its floats part and ys, its
  * runs of 4 xsh and osh (the driver's count on the H100: 21,648 bytes for Gemma 3's blocks of
  * 4 with o, session 31) */
@@ -240,6 +243,7 @@ typedef struct gt_vk_fwd {
     uint32_t out_xb; /* outfast.comp's blocks a lane (its XB) for the output's rows; 0: not taken */
     uint32_t out_cl; /* and its lanes a row (CL) */
     wref *lw; /* n_layer * W_PER_LAYER */
+    uint32_t xn_raw; /* MVT_RAW's XN: the most values a row of O's or down's x holds (0: none) */
     int32_t cap_rows, cap_ctx;
     vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg, lgh; /* lgh: logits' readback */
     vbuf x2; /* the residual stream's second buffer (rec's res: deferred post-norms) */
@@ -794,6 +798,13 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     bool has_type[6] = {false}; /* the layers' weight types among k_mvt_types */
     for (int32_t i = 0; i < vm->model->cfg.n_layer * W_PER_LAYER; i++)
         for (int t = 0; t < 6; t++) has_type[t] |= fw->lw[i].type == k_mvt_types[t];
+    fw->xn_raw = 0; /* MVT_RAW's rows: O's and down's x (runs of 4 in units of 8: qpos) */
+    for (int32_t il = 0; il < vm->model->cfg.n_layer; il++)
+        for (int k = 0; k < 2; k++) {
+            const wref *w = &fw->lw[il * W_PER_LAYER + (k ? W_DOWN : W_O)];
+            if (w->n_in > fw->xn_raw) fw->xn_raw = w->n_in;
+        }
+    if (fw->xn_raw > PEND_MAX || fw->xn_raw % 8) fw->xn_raw = 0;
     for (int p = 0; p < P_COUNT; p++) {
         /* a GPU groups only a prompt's rows (rec_attn): never split (at most SPLIT_ROWS rows)
          * nor fresh (one row a session), so of the grouped kernels only P_ATTN_G is made there */
@@ -801,11 +812,14 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
         const int kind = pipe_kind(p);
         if (p >= P_MVT && (!fw->pipe[kind] || !has_type[mvt_type(p)]))
             continue; /* made after the generic one of its kind, for the types present */
+        /* blocks of x not normed: blocks only, where O's and down's rows stage */
+        const bool raw = p >= P_MVT && mvt_var(p) == MVT_RAW;
+        if (raw && (mvt_mode(p) < 2 || fw->xn_raw == 0)) continue;
         /* blocks of rows: with subgroup sums (mvfast.comp's norm of a block), x staged */
         const uint32_t tt = p >= P_MVT && mvt_mode(p) > 1 ? 1u << (mvt_mode(p) - 1) : 1u;
-        const uint32_t dm = (uint32_t)vm->model->cfg.d_model;
-        const uint32_t tt_shared = mvt_shared(dm, tt, kind == P_MVFAST_PEND);
-        if (tt > 1 && (c->subgroup_min < 8 || dm > PEND_MAX || dm % 8 || tt_shared > MVT_SHARED ||
+        const uint32_t dm = (uint32_t)vm->model->cfg.d_model, xn = raw ? fw->xn_raw : dm;
+        const uint32_t tt_shared = mvt_shared(xn, tt, kind == P_MVFAST_PEND);
+        if (tt > 1 && (c->subgroup_min < 8 || xn > PEND_MAX || xn % 8 || tt_shared > MVT_SHARED ||
                        tt_shared > lim->maxComputeSharedMemorySize))
             continue;
         if (((p == P_MATMUL || p == P_MATMUL16) && !fw->mm) || (p == P_MVFAST && !c->fast) ||
@@ -849,7 +863,7 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
             memcpy(&sv.c1, &vm->model->cfg.eps, 4);
             if (p >= P_MVT) sv.c2 = k_mvt_types[mvt_type(p)];
             if (p >= P_MVT && mvt_mode(p) == 0) sv.c5 = 0u; /* passes of one row */
-            if (dm <= PEND_MAX && dm % 8 == 0) sv.c3 = dm; /* (runs of 4 in units of 8) */
+            if (xn <= PEND_MAX && xn % 8 == 0) sv.c3 = xn; /* (runs of 4 in units of 8) */
             n_sme = mvf ? 8 : 3;
         } else if (p == P_MATMUL16) {
             sv.c0 = 2u, sv.c1 = 1u, n_sme = 3;
@@ -1552,11 +1566,12 @@ static void dispatch_mv8(rec *r, const wref *w, const VkBuffer b[N_BIND], const 
  * latency-bound, not its loads), where a loop over 8 rows a workgroup was 7-12 % (session 23)
  * and its weights unpacked once for all rows 17-23 % (session 28) slower than the batched 8-bit
  * products, and a gated product's 8 rows a workgroup 30 % slower (Gemma 3, session 29, each
- * lane holding all 8 rows of x in registers); a normed product now takes blocks of the pass's
- * rows a workgroup where they fill the device (mvt_block: x staged in shared memory by all the
- * workgroup's lanes, session 31). mvfast.comp reads x's floats: where the scratch holds x's
- * 8-bit rows (aq_src), which may be all that was made of it, the 8-bit path reads those (fast
- * passes make floats: fused_fmt takes no quant_fused there). */
+ * lane holding all 8 rows of x in registers); a product now takes blocks of the pass's rows a
+ * workgroup where they fill the device (mvt_block: x staged in shared memory by all the
+ * workgroup's lanes; normed products since session 31, O and down since session 35).
+ * mvfast.comp reads x's floats: where the scratch holds x's 8-bit rows (aq_src), which may be
+ * all that was made of it, the 8-bit path reads those (fast passes make floats: fused_fmt takes
+ * no quant_fused there). */
 static VkBuffer res_other(const rec *r) {
     return r->res == r->fw->x.buf ? r->fw->x2.buf : r->fw->x.buf;
 }
@@ -1570,8 +1585,8 @@ static bool fused_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) 
     return fast_fits(r, w, x, n_tok) || selfq_fits(w->n_in, n_tok);
 }
 /* The block of a pass's rows each workgroup of a fast product takes (mvfast.comp's TT; the
- * product's pipeline into *pipe), for a normed product (bits' MV_NORM: its x staged): the
- * larger of 4 and 2 whose workgroups, `groups` a block (r->fill_groups where products run side
+ * product's pipeline into *pipe; its x staged: normed (bits' MV_NORM), else as it is where its
+ * rows fit MVT_RAW's): the larger of 4 and 2 whose workgroups, `groups` a block (r->fill_groups where products run side
  * by side), still give each compute unit
  * MVT_FILL (where the device does not say its units, MVT_FILL_ANY in all), whose pipeline was
  * made (make_pipelines: within MVT_SHARED of shared memory), and that a smaller block would not
@@ -1580,26 +1595,32 @@ static bool fused_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) 
  * sessions (session 30: 722 us profiled of a 3.75 ms pass, against 182 for one row). On the
  * H100 (session 31, 8 sessions): SmolLM2's gated product 679 -> 502 us profiled in blocks of 8,
  * Gemma 3's 722 -> 614 in blocks of 4 (its blocks of 8 with the deferred post-norm's o staged,
- * 41 KiB of shared memory, 641); blocks for products of x not normed (O, down: read from the
- * caches, not staged) made SmolLM2's O and down 8-12 % slower, so those stay a row each.
+ * 41 KiB of shared memory, 641). Products of x not normed (O, down) take blocks too since
+ * session 35, their x staged as it is (MVT_RAW; read from the caches instead, session 31 found
+ * SmolLM2's O and down 8-12 % slower in blocks): on the H100 (8 sessions, plain pass) Gemma 3
+ * 1.653-1.656 -> 1.481 ms, SmolLM2 1.647-1.654 -> 1.420-1.422, in blocks of 2 (what MVT_FILL
+ * and MVT_SHARED give both); blocks of 4 where they fit 48 KiB (one workgroup a compute unit)
+ * gave 1.470-1.471 and 1.449-1.462.
  * Blocks of 8 are no longer made (session 33, H200, 8 sessions, plain GPU ms a pass): with
  * mvt_groups' loop they hold 96 registers a lane (77 before it; 64 in blocks of 4), two
  * workgroups an SM, and SmolLM2's pass took 1.81 ms in blocks of 8 against 1.65-1.66 in blocks
  * of 4 (main's blocks of 8 without groups: 1.73). */
 #define MVT_FILL 2u
 #define MVT_FILL_ANY 16u
-static uint32_t mvt_block(const rec *r, int t, bool pend, uint32_t bits, uint32_t groups,
-                          uint32_t n_tok, int *pipe) {
+static uint32_t mvt_block(const rec *r, int t, bool pend, uint32_t bits, uint32_t n_in,
+                          uint32_t groups, uint32_t n_tok, int *pipe) {
     const uint32_t units = r->c->compute_units;
+    const bool raw = !(bits & MV_NORM); /* MVT_RAW: its x staged as it is */
     const uint64_t fill = units ? (uint64_t)MVT_FILL * units : MVT_FILL_ANY;
-    if (!(bits & MV_NORM)) return 1;
+    if (raw && n_in > r->fw->xn_raw) return 1;
+    const int v = raw ? MVT_RAW : pend ? MVT_PEND : MVT_PLAIN;
     if (r->fill_groups > groups) groups = r->fill_groups;
     for (int m = MVT_MODES - 1; m > 1; m--) {
         const uint32_t tt = 1u << (m - 1);
-        if (2 * n_tok <= tt || !r->fw->pipe[pipe_mvt(t, pend, m)] ||
+        if (2 * n_tok <= tt || !r->fw->pipe[pipe_mvt(t, v, m)] ||
             (uint64_t)groups * ((n_tok + tt - 1) / tt) < fill)
             continue;
-        *pipe = pipe_mvt(t, pend, m);
+        *pipe = pipe_mvt(t, v, m);
         return tt;
     }
     return 1;
@@ -1643,9 +1664,10 @@ static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
     int pipe = pend ? P_MVFAST_PEND : P_MVFAST;
     uint32_t tt = 1;
     for (int t = 0; t < 6; t++) /* the pipeline made for its weights' type, where there is one */
-        if (k_mvt_types[t] == w->type && r->fw->pipe[pipe_mvt(t, pend, n_tok > 1)]) {
-            pipe = pipe_mvt(t, pend, n_tok > 1);
-            tt = mvt_block(r, t, pend, bits, groups, n_tok, &pipe);
+        if (k_mvt_types[t] == w->type &&
+            r->fw->pipe[pipe_mvt(t, pend ? MVT_PEND : MVT_PLAIN, n_tok > 1)]) {
+            pipe = pipe_mvt(t, pend ? MVT_PEND : MVT_PLAIN, n_tok > 1);
+            tt = mvt_block(r, t, pend, bits, w->n_in, groups, n_tok, &pipe);
         }
     const uint32_t blocks = (n_tok + tt - 1) / tt;
     if (tt > 1) pc[11] = mvt_groups(r, groups, blocks);

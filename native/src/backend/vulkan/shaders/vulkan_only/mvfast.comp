@@ -51,10 +51,11 @@ const uint NV4 = XN > 0u ? (XN + 4u * LANES - 1u) / (4u * LANES) : 1u; // a lane
 // head of the chain, which cost one row's passes about 1 % on the H100, session 29)
 layout(constant_id = 5) const uint SPREAD = 1u;
 // TT (the constant 6): a block of the pass's rows a workgroup takes (1: one; 2 or 4: SPREAD's
-// blocks, vk_forward.c's mvt_block), each unit's weights unpacked once for all of them. A normed
-// product copies its block's x (and PEND's o) into shared memory in rounds of CQ loads a lane,
+// blocks, vk_forward.c's mvt_block), each unit's weights unpacked once for all of them. A block
+// copies its x (and PEND's o) into shared memory in rounds of CQ loads a lane; a normed product
 // then normalizes each row with the lanes, values and order of a workgroup of that row alone (the
-// same bits: a session's logits do not depend on the block it decodes in)
+// same bits in the source: a session's logits do not depend on the block it decodes in); O's and
+// down's blocks (vk_forward.c's MVT_RAW, XN their longest rows) use their x as it is
 layout(constant_id = 6) const uint TT = 1u;
 // a lane's runs of 4 values of a block's copy (at least 1: no array of length 0 where XN is 0)
 const uint NQ = XN > 0u ? (TT * XN / 4u + LANES - 1u) / LANES : 1u;
@@ -233,6 +234,7 @@ float sumsq(uint o, uint n) {
 void copy_block() {
     uint n4 = p.n_in >> 2, lid = gl_LocalInvocationID.x;
     for (uint k0 = 0u; k0 < NQ; k0 += CQ) { // rounds of CQ runs a lane, each round's loads at once
+        if (LANES * k0 >= nr * n4) break; // (XN past n_in: O's x in down's staging, MVT_RAW)
         vec4 xa[CQ], oa[CQ];
         for (uint k = 0u; k < CQ; k++) {
             uint q = min(lid + LANES * (k0 + k), nr * n4 - 1u);
@@ -356,7 +358,7 @@ void main() {
     if (staged && TT > 1u) {
         copy_block();
         MF_MARK(6u);
-        norm_block(wg);
+        if (normed) norm_block(wg); // (else x as it is: O's and down's blocks, MVT_RAW)
         MF_MARK(2u);
     } else if (staged) {
         // x staged normalized: a lane's runs of 4 values (4 (lid + LANES k)), every load at once;
