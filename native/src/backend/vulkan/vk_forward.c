@@ -798,13 +798,14 @@ static geist_status make_pipelines(gt_vk_model *vm, gt_err *err) {
     bool has_type[6] = {false}; /* the layers' weight types among k_mvt_types */
     for (int32_t i = 0; i < vm->model->cfg.n_layer * W_PER_LAYER; i++)
         for (int t = 0; t < 6; t++) has_type[t] |= fw->lw[i].type == k_mvt_types[t];
-    fw->xn_raw = 0; /* MVT_RAW's rows: O's and down's x (runs of 4 in units of 8: qpos) */
+    /* MVT_RAW's rows: the longest of O's and down's x that stage (runs of 4 in units of 8:
+     * qpos); a longer one keeps a row a workgroup (mvt_block) */
+    fw->xn_raw = 0;
     for (int32_t il = 0; il < vm->model->cfg.n_layer; il++)
         for (int k = 0; k < 2; k++) {
-            const wref *w = &fw->lw[il * W_PER_LAYER + (k ? W_DOWN : W_O)];
-            if (w->n_in > fw->xn_raw) fw->xn_raw = w->n_in;
+            const uint32_t n_in = fw->lw[il * W_PER_LAYER + (k ? W_DOWN : W_O)].n_in;
+            if (n_in > fw->xn_raw && n_in <= PEND_MAX && n_in % 8 == 0) fw->xn_raw = n_in;
         }
-    if (fw->xn_raw > PEND_MAX || fw->xn_raw % 8) fw->xn_raw = 0;
     for (int p = 0; p < P_COUNT; p++) {
         /* a GPU groups only a prompt's rows (rec_attn): never split (at most SPLIT_ROWS rows)
          * nor fresh (one row a session), so of the grouped kernels only P_ATTN_G is made there */
