@@ -1542,9 +1542,9 @@ def test_fast_mode_in_passes_of_several_rows(vk_fast: geist.Engine,
 
 
 # A model wider than the rows mvfast.comp stages (vk_forward.c's PEND_MAX, 4,096 values: XN 0,
-# its x normalized value by value, no blocks of rows, no deferred post-norms): its fast pipelines
-# are still made (no array of length 0 in them), and 2 sessions stepping together each pick their
-# ids alone.
+# its x normalized value by value, no blocks of normed rows, no deferred post-norms; only its
+# down product's x of 64 values stages, MVT_RAW's blocks): its fast pipelines are still made (no
+# array of length 0 in them), and 2 sessions stepping together each pick their ids alone.
 def test_fast_mode_on_a_model_wider_than_the_staged_rows(vk_fast: geist.Engine) -> None:
     path = testing.fixture_path("llama", "Q8_0", d_model=4160, n_head=65, n_head_kv=5,
                                 head_dim=64, d_ff=64, n_layer=1)

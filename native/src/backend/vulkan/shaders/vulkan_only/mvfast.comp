@@ -55,7 +55,7 @@ layout(constant_id = 5) const uint SPREAD = 1u;
 // copies its x (and PEND's o) into shared memory in rounds of CQ loads a lane; a normed product
 // then normalizes each row with the lanes, values and order of a workgroup of that row alone (the
 // same bits in the source: a session's logits do not depend on the block it decodes in); O's and
-// down's blocks (vk_forward.c's MVT_RAW, XN their longest rows) use their x as it is
+// down's blocks (vk_forward.c's MVT_RAW, XN their longest rows that stage) use their x as it is
 layout(constant_id = 6) const uint TT = 1u;
 // a lane's runs of 4 values of a block's copy (at least 1: no array of length 0 where XN is 0)
 const uint NQ = XN > 0u ? (TT * XN / 4u + LANES - 1u) / LANES : 1u;
