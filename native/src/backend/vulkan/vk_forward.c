@@ -99,7 +99,7 @@ enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, 
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
        P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_ARGMAX,
        P_MVFAST, P_ATTN_FAST, P_NORM_FAST, P_MVFAST_PEND, P_OUTFAST, P_OUTFAST8, P_MVT,
-       P_COUNT = P_MVT + 3 * MVT_MODES * 6 };
+       P_COUNT = P_MVT + 3 /* MVT_VARIANTS */ * MVT_MODES * 6 };
 /* P_MVT + 3 (MVT_MODES i + m) + v: P_MVFAST (v 0), P_MVFAST_PEND (v 1: PEND) or P_MVFAST for
  * blocks of x not normed (v 2: MVT_RAW, O and down, their x staged as it is: XN fw->xn_raw)
  * made for the weights of type k_mvt_types[i] alone (mvfast.comp's specialization constant
@@ -108,7 +108,7 @@ enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, 
  * a pass of one row, 1 passes of several (mvfast.comp's SPREAD) a row a workgroup, 2.. blocks of
  * 2^(m - 1) rows a workgroup (its TT: mvt_block; MVT_RAW only these); P_MVFAST itself (SPREAD)
  * serves any other */
-enum { MVT_PLAIN, MVT_PEND, MVT_RAW };
+enum { MVT_PLAIN, MVT_PEND, MVT_RAW, MVT_VARIANTS };
 static const uint32_t k_mvt_types[6] = {GT_TYPE_Q4_0, GT_TYPE_Q4_1, GT_TYPE_Q5_0, GT_TYPE_Q8_0,
                                          GT_TYPE_Q4_K, GT_TYPE_Q6_K};
 static const char *const k_pipe_names[P_MVT] = {
@@ -119,14 +119,14 @@ static const char *const k_pipe_names[P_MVT] = {
 /* the kind of pipeline p: a typed fast product's is its generic one's (P_MVFAST or
  * P_MVFAST_PEND), which also gives its shader and the bindings it writes */
 static int pipe_kind(int p) {
-    return p < P_MVT ? p : (p - P_MVT) % 3 == MVT_PEND ? P_MVFAST_PEND : P_MVFAST;
+    return p < P_MVT ? p : (p - P_MVT) % MVT_VARIANTS == MVT_PEND ? P_MVFAST_PEND : P_MVFAST;
 }
 /* a typed fast product's pipeline: weights of type k_mvt_types[t], variant v (MVT_*), rows of
  * mode m */
-static int pipe_mvt(int t, int v, int m) { return P_MVT + 3 * (MVT_MODES * t + m) + v; }
-static int mvt_type(int p) { return (p - P_MVT) / (3 * MVT_MODES); }
-static int mvt_mode(int p) { return (p - P_MVT) / 3 % MVT_MODES; }
-static int mvt_var(int p) { return (p - P_MVT) % 3; }
+static int pipe_mvt(int t, int v, int m) { return P_MVT + MVT_VARIANTS * (MVT_MODES * t + m) + v; }
+static int mvt_type(int p) { return (p - P_MVT) / (MVT_VARIANTS * MVT_MODES); }
+static int mvt_mode(int p) { return (p - P_MVT) / MVT_VARIANTS % MVT_MODES; }
+static int mvt_var(int p) { return (p - P_MVT) % MVT_VARIANTS; }
 /* mvfast.comp's shared memory in bytes for a block of tt rows: its floats part and ys, its
  * runs of 4 xsh and osh (the driver's count on the H100: 21,648 bytes for Gemma 3's blocks of
  * 4 with o, session 31) */
@@ -243,7 +243,7 @@ typedef struct gt_vk_fwd {
     uint32_t out_xb; /* outfast.comp's blocks a lane (its XB) for the output's rows; 0: not taken */
     uint32_t out_cl; /* and its lanes a row (CL) */
     wref *lw; /* n_layer * W_PER_LAYER */
-    uint32_t xn_raw; /* MVT_RAW's XN: the most values a row of O's or down's x holds (0: none) */
+    uint32_t xn_raw; /* MVT_RAW's XN: the longest row of O's or down's x that stages (0: none) */
     int32_t cap_rows, cap_ctx;
     vbuf x, xn, q, k, v, att, o, gate, up, aq, ad, sc, in, lg, lgh; /* lgh: logits' readback */
     vbuf x2; /* the residual stream's second buffer (rec's res: deferred post-norms) */
@@ -1587,13 +1587,13 @@ static bool fused_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) 
 }
 /* The block of a pass's rows each workgroup of a fast product takes (mvfast.comp's TT; the
  * product's pipeline into *pipe; its x staged: normed (bits' MV_NORM), else as it is where its
- * rows fit MVT_RAW's): the larger of 4 and 2 whose workgroups, `groups` a block (r->fill_groups where products run side
- * by side), still give each compute unit
- * MVT_FILL (where the device does not say its units, MVT_FILL_ANY in all), whose pipeline was
- * made (make_pipelines: within MVT_SHARED of shared memory), and that a smaller block would not
- * hold whole; else 1 (SPREAD: a row a workgroup). A block stages its rows once and unpacks each unit's weights once for all of
- * them, where a row a workgroup made Gemma 3's 2,048-row gated product 4,096 workgroups of 8
- * sessions (session 30: 722 us profiled of a 3.75 ms pass, against 182 for one row). On the
+ * rows fit MVT_RAW's): the larger of 4 and 2 whose workgroups, `groups` a block
+ * (r->fill_groups where products run side by side), still give each compute unit MVT_FILL
+ * (where the device does not say its units, MVT_FILL_ANY in all), whose pipeline was made
+ * (make_pipelines: within MVT_SHARED of shared memory), and that a smaller block would not
+ * hold whole; else 1 (SPREAD: a row a workgroup). A block stages its rows once and unpacks
+ * each unit's weights once for all of them, where a row a workgroup made Gemma 3's 2,048-row
+ * gated product 4,096 workgroups of 8 sessions (session 30: 722 us profiled of a 3.75 ms pass, against 182 for one row). On the
  * H100 (session 31, 8 sessions): SmolLM2's gated product 679 -> 502 us profiled in blocks of 8,
  * Gemma 3's 722 -> 614 in blocks of 4 (its blocks of 8 with the deferred post-norm's o staged,
  * 41 KiB of shared memory, 641). Products of x not normed (O, down) take blocks too since
@@ -1664,10 +1664,10 @@ static void rec_mvfast(rec *r, const wref *w, VkBuffer x, VkBuffer y, uint32_t n
     const uint32_t groups = (w->n_out + rows - 1) / rows;
     int pipe = pend ? P_MVFAST_PEND : P_MVFAST;
     uint32_t tt = 1;
+    const int v = pend ? MVT_PEND : MVT_PLAIN;
     for (int t = 0; t < 6; t++) /* the pipeline made for its weights' type, where there is one */
-        if (k_mvt_types[t] == w->type &&
-            r->fw->pipe[pipe_mvt(t, pend ? MVT_PEND : MVT_PLAIN, n_tok > 1)]) {
-            pipe = pipe_mvt(t, pend ? MVT_PEND : MVT_PLAIN, n_tok > 1);
+        if (k_mvt_types[t] == w->type && r->fw->pipe[pipe_mvt(t, v, n_tok > 1)]) {
+            pipe = pipe_mvt(t, v, n_tok > 1);
             tt = mvt_block(r, t, pend, bits, w->n_in, groups, n_tok, &pipe);
         }
     const uint32_t blocks = (n_tok + tt - 1) / tt;
