@@ -95,20 +95,21 @@ static uint32_t argmax_parts(uint32_t n_vocab, uint32_t *chunk) {
 /* modes 0-3: one row, a row a workgroup, blocks of 2 and 4 (blocks of 8 left out, session 33:
  * mvt_block) */
 #define MVT_MODES 4
+/* the typed fast products' variants (P_MVT below) */
+enum { MVT_PLAIN, MVT_PEND, MVT_RAW, MVT_VARIANTS };
 enum { P_EMBED, P_QUANT, P_MATVEC, P_RMSNORM, P_ROPE, P_KVSTORE, P_ATTN, P_ACT, P_MATVEC8,
        P_ATTN_PART, P_MATMUL, P_MATVEC2, P_MATMUL16, P_ATTN_FRESH, P_ATTN_PART_FRESH,
        P_QUANT_FUSED, P_ATTN_G, P_ATTN_PART_G, P_ATTN_FRESH_G, P_ATTN_PART_FRESH_G, P_ARGMAX,
        P_MVFAST, P_ATTN_FAST, P_NORM_FAST, P_MVFAST_PEND, P_OUTFAST, P_OUTFAST8, P_MVT,
-       P_COUNT = P_MVT + 3 /* MVT_VARIANTS */ * MVT_MODES * 6 };
-/* P_MVT + 3 (MVT_MODES i + m) + v: P_MVFAST (v 0), P_MVFAST_PEND (v 1: PEND) or P_MVFAST for
- * blocks of x not normed (v 2: MVT_RAW, O and down, their x staged as it is: XN fw->xn_raw)
- * made for the weights of type k_mvt_types[i] alone (mvfast.comp's specialization constant
- * TYPE: its unpacking without a branch on the type, so that the compiler can overlap one unit's
- * loads with the next's), for the types the model's layers have, and for the rows of mode m: 0
- * a pass of one row, 1 passes of several (mvfast.comp's SPREAD) a row a workgroup, 2.. blocks of
- * 2^(m - 1) rows a workgroup (its TT: mvt_block; MVT_RAW only these); P_MVFAST itself (SPREAD)
- * serves any other */
-enum { MVT_PLAIN, MVT_PEND, MVT_RAW, MVT_VARIANTS };
+       P_COUNT = P_MVT + MVT_VARIANTS * MVT_MODES * 6 };
+/* P_MVT + MVT_VARIANTS (MVT_MODES i + m) + v: P_MVFAST (v 0), P_MVFAST_PEND (v 1: PEND) or P_MVFAST
+ * for blocks of x not normed (v 2: MVT_RAW, O and down, their x staged as it is: XN fw->xn_raw)
+ * made for the weights of type k_mvt_types[i] alone (mvfast.comp's specialization constant TYPE:
+ * its unpacking without a branch on the type, so that the compiler can overlap one unit's loads
+ * with the next's), for the types the model's layers have, and for the rows of mode m: 0 a pass of
+ * one row, 1 passes of several (mvfast.comp's SPREAD) a row a workgroup, 2.. blocks of 2^(m - 1)
+ * rows a workgroup (its TT: mvt_block; MVT_RAW only these); P_MVFAST itself (SPREAD) serves
+ * any other */
 static const uint32_t k_mvt_types[6] = {GT_TYPE_Q4_0, GT_TYPE_Q4_1, GT_TYPE_Q5_0, GT_TYPE_Q8_0,
                                          GT_TYPE_Q4_K, GT_TYPE_Q6_K};
 static const char *const k_pipe_names[P_MVT] = {
@@ -1593,8 +1594,8 @@ static bool fused_fits(const rec *r, const wref *w, VkBuffer x, uint32_t n_tok) 
  * (make_pipelines: within MVT_SHARED of shared memory), and that a smaller block would not
  * hold whole; else 1 (SPREAD: a row a workgroup). A block stages its rows once and unpacks
  * each unit's weights once for all of them, where a row a workgroup made Gemma 3's 2,048-row
- * gated product 4,096 workgroups of 8 sessions (session 30: 722 us profiled of a 3.75 ms pass, against 182 for one row). On the
- * H100 (session 31, 8 sessions): SmolLM2's gated product 679 -> 502 us profiled in blocks of 8,
+ * gated product 4,096 workgroups of 8 sessions (session 30: 722 us profiled of a 3.75 ms pass,
+ * against 182 for one row). On the H100 (session 31, 8 sessions): SmolLM2's gated product 679 -> 502 us profiled in blocks of 8,
  * Gemma 3's 722 -> 614 in blocks of 4 (its blocks of 8 with the deferred post-norm's o staged,
  * 41 KiB of shared memory, 641). Products of x not normed (O, down) take blocks too since
  * session 35, their x staged as it is (MVT_RAW; read from the caches instead, session 31 found
