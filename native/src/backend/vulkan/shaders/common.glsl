@@ -38,8 +38,9 @@ uint w_word(uint g) {
     if (sh == 0u) return W[g >> 2];
     return (W[g >> 2] >> sh) | (W[(g >> 2) + 1u] << (32u - sh));
 }
-// bits 0..3 of x to bit 4 of bytes 0..3 (Q5_0's fifth bits)
-uint spread4(uint x) { return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25); }
+// bits 0..3 of x to bit 4 of bytes 0..3 (Q5_0's fifth bits): one multiply copies the 4 bits 4,
+// 11, 18 and 25 places up (the copies do not overlap: no carries), the mask keeps bit k of copy k
+uint spread4(uint x) { return ((x & 15u) * 0x02040810u) & 0x10101010u; }
 // per byte of q (each < 2 off; off 8, 16 or 32), the signed byte q - off: q ^ off is
 // (q - off) mod 2 off, and its top bit copied into the bits above makes the two's complement
 // (the product adds 256 - 2 off per set bit, without carries between bytes)
