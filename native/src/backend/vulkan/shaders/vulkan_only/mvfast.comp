@@ -122,8 +122,8 @@ vec4 xs(uint ti, uint u, uint h, uint a) {
 }
 // Small integers made floats without a conversion instruction: NVIDIA's recent GPUs convert at
 // an eighth of their FMA rate, and a unit's values took one or two conversions each (session
-// 37). v (< 2^23) set into the mantissa of 2^23 is the float 2^23 + v exactly, so mag(v, o) is
-// v - o exactly (o a small integer): the values a conversion gave, bit for bit.
+// 37). v (< 2^23) set into the mantissa of 2^23 is the float 2^23 + v exactly, so mag4(v, o) is
+// v - o exactly (o a small integer): the values a conversion gave, bit for bit (mag: one value).
 vec4 mag4(uvec4 v, float o) { return uintBitsToFloat(v | 0x4B000000u) - (8388608.0 + o); }
 float mag(uint v, float o) { return mag4(uvec4(v), o).x; }
 uvec4 bytes4(uint q) { return uvec4(q, q >> 8, q >> 16, q >> 24) & 255u; }
@@ -142,7 +142,8 @@ Unit unit_w(uint row, uint u) {
     Unit k;
     if (wtype == T_Q4_K) { // 32 units a super-block: group g's qs word j, low and high nibbles
         uint bb = row + 144u * (u >> 5), v = u & 31u, g = v >> 3, j = v & 7u;
-        uvec2 s0 = uvec2(q4k_scale_min(bb + 4u, 2u * g)), s1 = uvec2(q4k_scale_min(bb + 4u, 2u * g + 1u));
+        uvec2 s0 = uvec2(q4k_scale_min(bb + 4u, 2u * g));
+        uvec2 s1 = uvec2(q4k_scale_min(bb + 4u, 2u * g + 1u));
         float d = w_f16(bb), dm = w_f16(bb + 2u);
         uint q = w_word(bb + 16u + 32u * g + 4u * j);
         k.w0 = (d * mag(s0.x, 0.0)) * nib_lo(q) - dm * mag(s0.y, 0.0);
